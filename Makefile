@@ -1,0 +1,20 @@
+# The two commands: `make run` (gateway + example upstream + Redis, Ctrl-C stops all) and `make test`.
+SHELL := /bin/bash
+DEBIAN_PACKAGES := libssl-dev libcbor-dev libcurl4-openssl-dev libhiredis-dev libmicrohttpd-dev libyaml-dev \
+                   pkg-config redis-server python3
+.PHONY: deps build test run demo clean
+
+deps:
+	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
+
+build: deps
+	swift build -c release --product gateway
+
+test: deps
+	./scripts/test.sh
+
+run: deps
+	./scripts/run.sh
+
+clean:
+	rm -rf .build run

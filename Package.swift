@@ -1,0 +1,40 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// A Debian -dev package exposed to Swift as a system-library target (module.modulemap + shim.h).
+func systemLibrary(_ name: String, pkgConfig: String, apt: String) -> Target {
+    .systemLibrary(name: name, pkgConfig: pkgConfig, providers: [.apt([apt])])
+}
+
+let package = Package(
+    name: "AppAttestGateway",
+    products: [
+        .executable(name: "gateway", targets: ["GatewayCLI"]),
+        .library(name: "AssertionCheck", targets: ["AssertionCheck"]),
+    ],
+    targets: [
+        systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
+        systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
+        systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
+        systemLibrary("CHiredis", pkgConfig: "hiredis", apt: "libhiredis-dev"),
+        systemLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: "libmicrohttpd-dev"),
+        systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
+
+        // Pure verification: attestation, assertion, client-data binding. No I/O, no clock.
+        .target(name: "AssertionCheck", dependencies: ["COpenSSL", "CCBOR"]),
+        // A fake iPhone and test CA minting Apple-format objects (tests, demo, bench only).
+        .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
+        // libcurl transport to the protected API.
+        .target(name: "Upstream", dependencies: ["CCurl"]),
+        // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
+        .target(name: "Gateway", dependencies: [
+            "AssertionCheck", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
+        ]),
+        .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
+
+        .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream"]),
+    ]
+)

@@ -1,0 +1,81 @@
+/// Base64 as it arrives on the wire: standard or URL-safe alphabet, padded or not, no whitespace.
+public enum Base64 {
+    private static let invalid: UInt8 = 0xFF
+    private static let decodeTable: [UInt8] = {
+        var table = [UInt8](repeating: invalid, count: 256)
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8)
+        for (index, char) in alphabet.enumerated() { table[Int(char)] = UInt8(index) }
+        table[Int(UInt8(ascii: "+"))] = 62
+        table[Int(UInt8(ascii: "-"))] = 62
+        table[Int(UInt8(ascii: "/"))] = 63
+        table[Int(UInt8(ascii: "_"))] = 63
+        return table
+    }()
+    private static let standardAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    private static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// Decodes either alphabet, with or without `=` padding. Returns nil on any other character,
+    /// misplaced padding, an impossible length, or non-zero trailing bits.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        decode(utf8: Array(text.utf8))
+    }
+
+    public static func decode(utf8 input: [UInt8]) -> [UInt8]? {
+        var length = input.count
+        var padding = 0
+        while length > 0, input[length - 1] == UInt8(ascii: "="), padding < 2 {
+            length -= 1
+            padding += 1
+        }
+        if padding > 0, input.count % 4 != 0 { return nil }
+        if length % 4 == 1 { return nil }
+        var output = [UInt8]()
+        output.reserveCapacity(length * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for index in 0..<length {
+            let value = decodeTable[Int(input[index])]
+            if value == invalid { return nil }
+            accumulator = (accumulator << 6) | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
+        }
+        // Leftover bits must be zero, otherwise two encodings would decode to the same bytes.
+        if bits > 0, accumulator & ((1 << UInt32(bits)) - 1) != 0 { return nil }
+        return output
+    }
+
+    /// Standard alphabet with padding (what Apple's APIs and Foundation produce).
+    public static func encode(_ bytes: [UInt8]) -> String {
+        encode(bytes, alphabet: standardAlphabet, pad: true)
+    }
+
+    /// URL-safe alphabet without padding.
+    public static func encodeURLSafe(_ bytes: [UInt8]) -> String {
+        encode(bytes, alphabet: urlAlphabet, pad: false)
+    }
+
+    private static func encode(_ bytes: [UInt8], alphabet: [UInt8], pad: Bool) -> String {
+        var output = [UInt8]()
+        output.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+            for shift in stride(from: 18, through: 0, by: -6) { output.append(alphabet[Int((chunk >> UInt32(shift)) & 0x3F)]) }
+            index += 3
+        }
+        let rest = bytes.count - index
+        if rest > 0 {
+            var chunk = UInt32(bytes[index]) << 16
+            if rest == 2 { chunk |= UInt32(bytes[index + 1]) << 8 }
+            output.append(alphabet[Int((chunk >> 18) & 0x3F)])
+            output.append(alphabet[Int((chunk >> 12) & 0x3F)])
+            if rest == 2 { output.append(alphabet[Int((chunk >> 6) & 0x3F)]) }
+            if pad { output.append(contentsOf: Array(repeating: UInt8(ascii: "="), count: 3 - rest)) }
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+}

@@ -1,0 +1,213 @@
+import COpenSSL
+import Foundation
+
+// The only file of AssertionCheck that touches OpenSSL: every pointer is owned by one of these types and
+// freed in its deinit; the rest of the module sees [UInt8], Bool and Swift errors.
+
+/// SHA-256 (OpenSSL's one-shot and streaming digest).
+public enum SHA256 {
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 32)
+        bytes.withUnsafeBufferPointer { input in
+            digest.withUnsafeMutableBufferPointer { output in
+                _ = COpenSSL.SHA256(input.baseAddress, input.count, output.baseAddress)
+            }
+        }
+        return digest
+    }
+
+    /// SHA256(first || second) without building the concatenation (the App Attest nonce).
+    public static func hash(_ first: [UInt8], _ second: [UInt8]) -> [UInt8] {
+        var context = SHA256_CTX()
+        var digest = [UInt8](repeating: 0, count: 32)
+        SHA256_Init(&context)
+        first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+        second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+        digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
+        return digest
+    }
+}
+
+/// An ECDSA P-256 public key (an owned EVP_PKEY). Immutable once made, so one instance may verify
+/// on many threads at once; parse it once and cache it.
+public final class P256PublicKey: @unchecked Sendable {
+    private let key: OpaquePointer
+    /// The uncompressed point (0x04 || X || Y), 65 bytes.
+    public let point: [UInt8]
+
+    /// DER SubjectPublicKeyInfo prefix of every P-256 key (id-ecPublicKey, prime256v1, BIT STRING of 66 bytes).
+    private static let spkiPrefix: [UInt8] = [
+        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x02, 0x01, 0x06, 0x08, 0x2A,
+        0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+    ]
+
+    /// Accepts the 65-byte uncompressed point or a DER SubjectPublicKeyInfo.
+    public convenience init(bytes: [UInt8]) throws(VerificationError) {
+        if bytes.count == 65, bytes[0] == 0x04 {
+            try self.init(spki: P256PublicKey.spkiPrefix + bytes)
+        } else {
+            try self.init(spki: bytes)
+        }
+    }
+
+    public init(spki: [UInt8]) throws(VerificationError) {
+        let parsed: OpaquePointer? = spki.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let parsed else {
+            ERR_clear_error()
+            throw VerificationError(.badPublicKey, "public key is neither a DER SubjectPublicKeyInfo nor a 65-byte point")
+        }
+        guard let point = P256PublicKey.uncompressedPoint(parsed) else {
+            EVP_PKEY_free(parsed)
+            throw VerificationError(.badPublicKey, "public key is not an EC P-256 key")
+        }
+        self.key = parsed
+        self.point = point
+    }
+
+    /// Takes ownership of a key OpenSSL handed out (the credCert's public key).
+    fileprivate init(owning key: OpaquePointer) throws(VerificationError) {
+        guard let point = P256PublicKey.uncompressedPoint(key) else {
+            EVP_PKEY_free(key)
+            throw VerificationError(.badCertificate, "credCert public key is not an EC P-256 key")
+        }
+        self.key = key
+        self.point = point
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// The DER SubjectPublicKeyInfo (what the gateway stores and the CLI prints).
+    public var spki: [UInt8] { P256PublicKey.spkiPrefix + point }
+
+    /// Verifies a DER ECDSA signature over `message` (ECDSA-SHA256: the message is hashed once more).
+    public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        let digest = SHA256.hash(message)
+        guard let context = EVP_PKEY_CTX_new(key, nil) else { return false }
+        defer { EVP_PKEY_CTX_free(context) }
+        guard EVP_PKEY_verify_init(context) == 1 else { return false }
+        let result = signature.withUnsafeBufferPointer { sig in
+            digest.withUnsafeBufferPointer { md in
+                EVP_PKEY_verify(context, sig.baseAddress, sig.count, md.baseAddress, md.count)
+            }
+        }
+        if result != 1 { ERR_clear_error() }
+        return result == 1
+    }
+
+    private static func uncompressedPoint(_ key: OpaquePointer) -> [UInt8]? {
+        guard EVP_PKEY_get_base_id(key) == EVP_PKEY_EC else { return nil }
+        var name = [CChar](repeating: 0, count: 64)
+        var nameLength = 0
+        guard EVP_PKEY_get_group_name(key, &name, name.count, &nameLength) == 1,
+              String(decoding: name.prefix(nameLength).map { UInt8(bitPattern: $0) }, as: UTF8.self) == "prime256v1" else { return nil }
+        var point = [UInt8](repeating: 0, count: 65)
+        var length = 0
+        guard EVP_PKEY_get_octet_string_param(key, "encoded-pub-key", &point, point.count, &length) == 1,
+              length == 65, point[0] == 0x04 else { return nil }
+        return point
+    }
+}
+
+/// One parsed X.509 certificate (an owned X509).
+final class X509Certificate {
+    fileprivate let certificate: OpaquePointer
+
+    init(der: [UInt8]) throws(VerificationError) {
+        let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            let cert = d2i_X509(nil, &cursor, buffer.count)
+            // Trailing bytes after the certificate are not a certificate.
+            if let cert, cursor != buffer.baseAddress.map({ $0 + buffer.count }) {
+                X509_free(cert)
+                return nil
+            }
+            return cert
+        }
+        guard let parsed else {
+            ERR_clear_error()
+            throw VerificationError(.badCertificate, "x5c entry is not a DER X.509 certificate")
+        }
+        certificate = parsed
+    }
+
+    init(pem: String) throws(VerificationError) {
+        let bytes = Array(pem.utf8)
+        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_X509(bio, nil, nil, nil)
+        }
+        guard let parsed else {
+            ERR_clear_error()
+            throw VerificationError(.badCertificate, "not a PEM certificate")
+        }
+        certificate = parsed
+    }
+
+    deinit { X509_free(certificate) }
+
+    func publicKey() throws(VerificationError) -> P256PublicKey {
+        guard let key = X509_get_pubkey(certificate) else {
+            throw VerificationError(.badCertificate, "credCert has no readable public key")
+        }
+        return try P256PublicKey(owning: key)
+    }
+
+    /// The DER content (inside the extnValue OCTET STRING) of the extension with this dotted OID.
+    func extensionValue(oid: String) -> [UInt8]? {
+        guard let object = OBJ_txt2obj(oid, 1) else { return nil }
+        defer { ASN1_OBJECT_free(object) }
+        let index = X509_get_ext_by_OBJ(certificate, object, -1)
+        guard index >= 0, let ext = X509_get_ext(certificate, index),
+              let data = X509_EXTENSION_get_data(ext) else { return nil }
+        let length = Int(ASN1_STRING_length(data))
+        guard let start = ASN1_STRING_get0_data(data) else { return nil }
+        return Array(UnsafeBufferPointer(start: start, count: length))
+    }
+
+    var derBytes: [UInt8] {
+        var output: UnsafeMutablePointer<UInt8>? = nil
+        let length = i2d_X509(certificate, &output)
+        guard length > 0, let output else { return [] }
+        defer { copenssl_free(output) }
+        return Array(UnsafeBufferPointer(start: output, count: Int(length)))
+    }
+}
+
+/// Chain validation: leaf → intermediates → one pinned trust anchor, at an injected time.
+enum X509Chain {
+    static func verify(leaf: X509Certificate, intermediates: [X509Certificate], anchor: X509Certificate,
+                       at time: Date) throws(VerificationError) {
+        guard let store = X509_STORE_new() else { throw VerificationError(.chainInvalid, "out of memory") }
+        defer { X509_STORE_free(store) }
+        // Only the pinned anchor is trusted: no system paths are ever loaded.
+        guard X509_STORE_add_cert(store, anchor.certificate) == 1,
+              let untrusted = copenssl_sk_X509_new_null() else {
+            throw VerificationError(.chainInvalid, "cannot load the trust anchor")
+        }
+        defer { copenssl_sk_X509_free(untrusted) }
+        for certificate in intermediates { _ = copenssl_sk_X509_push(untrusted, certificate.certificate) }
+        guard let context = X509_STORE_CTX_new() else { throw VerificationError(.chainInvalid, "out of memory") }
+        defer { X509_STORE_CTX_free(context) }
+        guard X509_STORE_CTX_init(context, store, leaf.certificate, untrusted) == 1 else {
+            throw VerificationError(.chainInvalid, "cannot initialise chain verification")
+        }
+        X509_STORE_CTX_set_time(context, 0, time_t(time.timeIntervalSince1970.rounded(.down)))
+        let verified = X509_verify_cert(context) == 1
+        let code = X509_STORE_CTX_get_error(context)
+        ERR_clear_error()
+        if verified { return }
+        let detail = X509_verify_cert_error_string(Int(code)).map { String(validatingCString: $0) ?? "" } ?? ""
+        switch code {
+        case X509_V_ERR_CERT_HAS_EXPIRED:
+            throw VerificationError(.certExpired, "a certificate of the chain has expired: \(detail)")
+        case X509_V_ERR_CERT_NOT_YET_VALID:
+            throw VerificationError(.certNotYetValid, "a certificate of the chain is not yet valid (check the clock): \(detail)")
+        default:
+            throw VerificationError(.chainInvalid, "certificate chain does not verify to the trust anchor: \(detail)")
+        }
+    }
+}
