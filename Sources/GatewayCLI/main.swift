@@ -1,1 +1,4 @@
-print("gateway")
+import Foundation
+import Gateway
+
+exit(GatewayCommand.run(Array(CommandLine.arguments.dropFirst())))

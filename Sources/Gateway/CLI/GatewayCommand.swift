@@ -1,0 +1,27 @@
+import Foundation
+
+/// `gateway <command> …`: the one entry point of the executable.
+public enum GatewayCommand {
+    static let usage = """
+    usage: gateway <command> [options]
+      verify attestation|assertion …   check an App Attest object offline (prints JSON)
+      help                             this text
+    """
+
+    public static func run(_ arguments: [String]) -> Int32 {
+        guard let command = arguments.first else {
+            FileHandle.standardError.write(Data((usage + "\n").utf8))
+            return 2
+        }
+        let rest = Array(arguments.dropFirst())
+        switch command {
+        case "verify": return VerifyCommand.run(rest)
+        case "help", "--help", "-h":
+            print(usage)
+            return 0
+        default:
+            FileHandle.standardError.write(Data("gateway: unknown command \"\(command)\"\n\(usage)\n".utf8))
+            return 2
+        }
+    }
+}
