@@ -1,0 +1,93 @@
+import AssertionCheck
+
+/// Every way a request can end early. The one place where a reason becomes an HTTP status: the error
+/// body, the log line's `reason` and the metric label all derive from `reasonCode`.
+public enum GatewayError: Error, Equatable {
+    case verification(VerificationError)
+    case assertionMissing(String)
+    case badHeader(String)
+    case badRequest(String)
+    case badPath
+    case bodyTooLarge(limit: Int)
+    case challengeUnknown
+    case keyUnknown
+    case keyRevoked
+    case keyAlreadyRegistered
+    case routeNotFound
+    case methodNotAllowed(allowed: [String])
+    case routeDenied
+    case storeUnavailable(String)
+    case storeError(String)
+    case upstreamUnavailable(String)
+    case upstreamTimeout(String)
+    case upstreamProtocolError(String)
+
+    public var reasonCode: String {
+        switch self {
+        case .verification(let error): return error.reasonCode
+        case .assertionMissing: return "assertion_missing"
+        case .badHeader: return "bad_header"
+        case .badRequest: return "bad_request"
+        case .badPath: return "bad_path"
+        case .bodyTooLarge: return "body_too_large"
+        case .challengeUnknown: return "challenge_unknown"
+        case .keyUnknown: return "key_unknown"
+        case .keyRevoked: return "key_revoked"
+        case .keyAlreadyRegistered: return "key_already_registered"
+        case .routeNotFound: return "route_not_found"
+        case .methodNotAllowed: return "method_not_allowed"
+        case .routeDenied: return "route_denied"
+        case .storeUnavailable: return "store_unavailable"
+        case .storeError: return "store_error"
+        case .upstreamUnavailable: return "upstream_unavailable"
+        case .upstreamTimeout: return "upstream_timeout"
+        case .upstreamProtocolError: return "upstream_protocol_error"
+        }
+    }
+
+    public var status: Int {
+        switch self {
+        case .verification(let error): return GatewayError.status(for: error.reason)
+        case .assertionMissing, .keyUnknown: return 401
+        case .badHeader, .badRequest, .badPath: return 400
+        case .bodyTooLarge: return 413
+        case .challengeUnknown, .keyAlreadyRegistered: return 409
+        case .keyRevoked, .routeDenied: return 403
+        case .routeNotFound: return 404
+        case .methodNotAllowed: return 405
+        case .storeUnavailable, .storeError: return 503
+        case .upstreamUnavailable, .upstreamProtocolError: return 502
+        case .upstreamTimeout: return 504
+        }
+    }
+
+    public var message: String {
+        switch self {
+        case .verification(let error): return error.message
+        case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
+        case .badPath: return "the request path is malformed (bad percent escape, encoded slash or dot segment)"
+        case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
+        case .challengeUnknown: return "the challenge is unknown, expired or already used; fetch a new one"
+        case .keyUnknown: return "the key id is not registered; attest the key first"
+        case .keyRevoked: return "the key has been revoked"
+        case .keyAlreadyRegistered: return "this key id is already registered; generate a new key to attest again"
+        case .routeNotFound: return "no route matches this path"
+        case .methodNotAllowed(let allowed): return "this route accepts \(allowed.joined(separator: ", "))"
+        case .routeDenied: return "this route is closed"
+        case .storeUnavailable(let detail): return "the state store is unavailable: \(detail)"
+        case .storeError(let detail): return "the state store answered unexpectedly: \(detail)"
+        case .upstreamUnavailable(let detail): return "the upstream is unavailable: \(detail)"
+        case .upstreamTimeout(let detail): return "the upstream did not answer in time: \(detail)"
+        case .upstreamProtocolError(let detail): return "the upstream answered with a malformed response: \(detail)"
+        }
+    }
+
+    /// Malformed input is 400; a well-formed object that fails a check is 401; replays are 409.
+    private static func status(for reason: VerificationError.Reason) -> Int {
+        switch reason {
+        case .badBase64, .badCBOR, .badFormat, .badAssertion, .clientDataInvalid, .badPublicKey: return 400
+        case .counterNotIncreasing: return 409
+        default: return 401
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import AssertionCheck
+import Synchronization
+
+/// The attested public keys, parsed once and kept in process: a key never changes after registration,
+/// only its counter and revocation do, and those live in Redis. Bounded by two generations: when the
+/// young one is full it becomes the old one, so memory stays within `capacity` entries and recently
+/// used keys survive (a hit in the old generation is promoted).
+public final class KeyCache: Sendable {
+    public struct Entry: Sendable {
+        public let publicKey: P256PublicKey
+        public let appID: AppID
+        public let environment: AppAttestEnvironment
+    }
+
+    private struct Generations {
+        var young: [[UInt8]: Entry] = [:]
+        var old: [[UInt8]: Entry] = [:]
+    }
+
+    private let generations = Mutex(Generations())
+    private let generationSize: Int
+
+    public init(capacity: Int) {
+        generationSize = max(1, capacity / 2)
+    }
+
+    public func entry(for keyId: [UInt8]) -> Entry? {
+        generations.withLock { state in
+            if let entry = state.young[keyId] { return entry }
+            guard let entry = state.old[keyId] else { return nil }
+            Self.insert(keyId, entry, into: &state, generationSize: generationSize)
+            return entry
+        }
+    }
+
+    public func store(_ entry: Entry, for keyId: [UInt8]) {
+        generations.withLock { Self.insert(keyId, entry, into: &$0, generationSize: generationSize) }
+    }
+
+    public func remove(_ keyId: [UInt8]) {
+        generations.withLock { state in
+            state.young[keyId] = nil
+            state.old[keyId] = nil
+        }
+    }
+
+    public var count: Int { generations.withLock { $0.young.count + $0.old.count } }
+
+    private static func insert(_ keyId: [UInt8], _ entry: Entry, into state: inout Generations, generationSize: Int) {
+        if state.young.count >= generationSize {
+            state.old = state.young
+            state.young = [:]
+        }
+        state.young[keyId] = entry
+    }
+}
