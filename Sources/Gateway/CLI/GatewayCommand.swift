@@ -5,6 +5,7 @@ public enum GatewayCommand {
     static let usage = """
     usage: gateway <command> [options]
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
+      bench verify [--seconds N]       assertions verified per second on one thread
       help                             this text
     """
 
@@ -16,6 +17,7 @@ public enum GatewayCommand {
         let rest = Array(arguments.dropFirst())
         switch command {
         case "verify": return VerifyCommand.run(rest)
+        case "bench": return BenchCommand.run(rest)
         case "help", "--help", "-h":
             print(usage)
             return 0

@@ -1,0 +1,115 @@
+import AssertionCheck
+import Foundation
+
+/// The checks of an `assert` route, cheapest first: headers, base64, client data and its binding to
+/// this request, the cached public key, the signature, then one atomic Redis commit (key live,
+/// challenge consumed, counter advanced).
+struct AssertGate {
+    let store: AttestStore
+    let keyCache: KeyCache
+    let metrics: Metrics
+
+    struct Passed {
+        let keyId: String
+        let counter: UInt32
+    }
+
+    func check(_ request: HTTPRequest, decodedPath: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Passed {
+        let verifyStart = DispatchTime.now().uptimeNanoseconds
+        let keyIdText = try header(request, "X-App-Attest-Key-Id")
+        record.keyId = keyIdText
+        guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
+            throw .badHeader("X-App-Attest-Key-Id is not base64 of a 32-byte key id")
+        }
+        let assertion = try decoded(request, route.clientData == .body ? ["X-App-Assertion", "X-App-Attest-Assertion"] : ["X-App-Attest-Assertion"])
+        let clientDataBytes: [UInt8]
+        let challenge: String?
+        switch route.clientData {
+        case .json:
+            clientDataBytes = try decoded(request, ["X-App-Attest-Client-Data"])
+            let clientData: ClientData
+            do {
+                clientData = try ClientData.parse(clientDataBytes)
+                try RequestBinding.check(clientData, against: BoundRequest(method: request.method, path: decodedPath,
+                                                                             query: request.query, body: request.body))
+            } catch {
+                throw .verification(error)
+            }
+            challenge = clientData.challenge
+        case .body:
+            // Compatibility mode: the app signed the body itself; replay protection is the counter alone.
+            clientDataBytes = request.body
+            challenge = nil
+        }
+        let key = try publicKey(for: keyId)
+        let verified: VerifiedAssertion
+        do {
+            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: key.publicKey,
+                                                    appID: key.appID, previousCounter: nil)
+        } catch {
+            throw .verification(error)
+        }
+        record.counter = verified.counter
+        record.verifyMs = RequestRecord.milliseconds(since: verifyStart)
+
+        let storeStart = DispatchTime.now().uptimeNanoseconds
+        defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
+        try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter, window: route.counterWindow)
+        return Passed(keyId: keyIdText, counter: verified.counter)
+    }
+
+    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) {
+        let outcome: CommitOutcome
+        do {
+            outcome = try store.commitAssertion(keyId: keyId, environment: environment.rawValue, challenge: challenge,
+                                                counter: counter, window: window)
+        } catch {
+            throw GatewayError(error)
+        }
+        switch outcome {
+        case .accepted: return
+        case .rejected(let rejection): throw GatewayError(rejection)
+        }
+    }
+
+    /// The key's public half, parsed once per process; Redis is asked only on a cache miss.
+    private func publicKey(for keyId: [UInt8]) throws(GatewayError) -> KeyCache.Entry {
+        if let entry = keyCache.entry(for: keyId) {
+            metrics.increment("gateway_key_cache_total", ["result": "hit"], help: "Public key cache lookups.")
+            return entry
+        }
+        metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
+        let record: KeyRecord?
+        do {
+            record = try store.loadKey(keyId: keyId)
+        } catch {
+            throw GatewayError(error)
+        }
+        guard let record, let environment = AppAttestEnvironment(rawValue: record.environment),
+              let appID = AppID(record.appID) else { throw .keyUnknown }
+        let entry: KeyCache.Entry
+        do {
+            entry = KeyCache.Entry(publicKey: try P256PublicKey(bytes: record.publicKeySPKI), appID: appID, environment: environment)
+        } catch {
+            throw .storeError("stored public key does not parse: \(error.message)")
+        }
+        keyCache.store(entry, for: keyId)
+        return entry
+    }
+
+    private func header(_ request: HTTPRequest, _ name: String) throws(GatewayError) -> String {
+        let values = request.headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }
+        guard let value = values.first?.value, !value.isEmpty else { throw .assertionMissing("\(name) header is missing") }
+        guard values.count == 1 else { throw .badHeader("\(name) appears more than once") }
+        return value
+    }
+
+    /// The first of `names` present, base64-decoded.
+    private func decoded(_ request: HTTPRequest, _ names: [String]) throws(GatewayError) -> [UInt8] {
+        guard let name = names.first(where: { name in request.headers.contains { $0.name.caseInsensitiveCompare(name) == .orderedSame } }) else {
+            throw .assertionMissing("\(names[0]) header is missing")
+        }
+        guard let bytes = Base64.decode(try header(request, name)) else { throw .badHeader("\(name) is not base64") }
+        return bytes
+    }
+}

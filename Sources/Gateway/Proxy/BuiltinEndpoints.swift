@@ -1,0 +1,130 @@
+import AssertionCheck
+import Foundation
+
+/// The gateway's own endpoints: one-time challenges and key registration.
+///   GET  {prefix}/attest/challenge            → text/plain challenge for attestKey
+///   POST {prefix}/attest/verify               → {"key_id","attestation","challenge"} registers the key
+///   GET  {prefix}/assert/challenge[?key_id=]  → text/plain challenge for the next assertion
+struct BuiltinEndpoints {
+    let runtime: GatewayRuntime
+    let keyCache: KeyCache
+    let metrics: Metrics
+
+    enum Endpoint: String {
+        case attestChallenge = "/attest/challenge"
+        case attestVerify = "/attest/verify"
+        case assertChallenge = "/assert/challenge"
+
+        var method: String { self == .attestVerify ? "POST" : "GET" }
+    }
+
+    func endpoint(for path: String) -> Endpoint? {
+        guard path.hasPrefix(runtime.config.prefix) else { return nil }
+        return Endpoint(rawValue: String(path.dropFirst(runtime.config.prefix.count)))
+    }
+
+    func handle(_ endpoint: Endpoint, _ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+        record.route = "builtin:" + endpoint.rawValue
+        guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
+        switch endpoint {
+        case .attestChallenge:
+            return challengeResponse(try storeCall { try runtime.store.issueChallenge(purpose: .attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
+        case .assertChallenge:
+            return challengeResponse(try assertChallenge(request))
+        case .attestVerify:
+            return try register(request, record: record)
+        }
+    }
+
+    private func assertChallenge(_ request: HTTPRequest) throws(GatewayError) -> String {
+        let ttl = runtime.config.appAttest.challengeTTLSeconds
+        guard let keyIdText = QueryString.value(of: "key_id", in: request.query) else {
+            return try storeCall { try runtime.store.issueChallenge(purpose: .assert, ttlSeconds: ttl) }
+        }
+        guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
+            throw .badRequest("key_id is not base64 of a 32-byte key id")
+        }
+        return try storeCall { try runtime.store.issueAssertChallenge(keyId: keyId, ttlSeconds: ttl) }
+    }
+
+    private func challengeResponse(_ challenge: String) -> HTTPResponse {
+        HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain; charset=utf-8"), HTTPField("Cache-Control", "no-store")],
+                     body: .bytes(Array(challenge.utf8)))
+    }
+
+    /// Consumes the challenge first (one use, even if the attestation then fails), verifies, stores.
+    private func register(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+        let registration = try RegistrationRequest(request.body)
+        record.keyId = Base64.encode(registration.keyId)
+        guard let challenge = String(validating: registration.challenge, as: UTF8.self),
+              try storeCall({ try runtime.store.consumeChallenge(challenge, purpose: .attest) }) else {
+            throw .challengeUnknown
+        }
+        let start = DispatchTime.now().uptimeNanoseconds
+        let key: AttestedKey
+        do {
+            key = try AttestationVerifier.verify(attestation: registration.attestation, keyId: registration.keyId,
+                                                 clientData: .challenge(registration.challenge), policy: runtime.attestationPolicy)
+        } catch {
+            metrics.increment("gateway_attestations_total", ["result": "rejected", "reason": error.reasonCode], help: "Attestations by result.")
+            throw .verification(error)
+        }
+        record.verifyMs = RequestRecord.milliseconds(since: start)
+        let stored = KeyRecord(keyId: key.keyId, environment: key.environment.rawValue, appID: key.appID.description,
+                               publicKeySPKI: key.publicKey.spki, counter: 0, receipt: key.receipt,
+                               createdAt: key.verifiedAt, revoked: false, lastUsedAt: nil)
+        guard try storeCall({ try runtime.store.register(stored) }) == .created else {
+            metrics.increment("gateway_attestations_total", ["result": "rejected", "reason": "key_already_registered"], help: "Attestations by result.")
+            throw .keyAlreadyRegistered
+        }
+        keyCache.store(KeyCache.Entry(publicKey: key.publicKey, appID: key.appID, environment: key.environment), for: key.keyId)
+        metrics.increment("gateway_attestations_total", ["result": "registered", "reason": ""], help: "Attestations by result.")
+        let body = JSONOutput.line(["key_id": Base64.encode(key.keyId), "environment": key.environment.rawValue, "app_id": key.appID.description])
+        return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json")], body: .bytes(Array(body.utf8)))
+    }
+
+    private func storeCall<T>(_ body: () throws(StoreError) -> T) throws(GatewayError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw GatewayError(error)
+        }
+    }
+}
+
+/// The JSON body of POST /attest/verify.
+struct RegistrationRequest {
+    let keyId: [UInt8]
+    let attestation: [UInt8]
+    let challenge: [UInt8]
+
+    init(_ body: [UInt8]) throws(GatewayError) {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] else {
+            throw .badRequest("body must be a JSON object {\"key_id\", \"attestation\", \"challenge\"}")
+        }
+        func field(_ name: String) throws(GatewayError) -> [UInt8] {
+            guard let text = object[name] as? String, !text.isEmpty else { throw .badRequest("\"\(name)\" is missing or not a string") }
+            guard let bytes = Base64.decode(text) else { throw .badRequest("\"\(name)\" is not base64") }
+            return bytes
+        }
+        keyId = try field("key_id")
+        guard keyId.count == 32 else { throw .badRequest("\"key_id\" must be base64 of 32 bytes") }
+        attestation = try field("attestation")
+        challenge = try field("challenge")
+    }
+}
+
+/// Reads one parameter of a raw query string (percent-decoded).
+enum QueryString {
+    static func value(of name: String, in query: String?) -> String? {
+        guard let query else { return nil }
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.first.map(String.init) == name else { continue }
+            let raw = parts.count > 1 ? String(parts[1]) : ""
+            // "+" stays "+": base64 key ids contain it, and clients rarely escape it.
+            return raw.removingPercentEncoding
+        }
+        return nil
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Upstream
+
+/// Sends a request on to its upstream and relays the answer, streaming it when it is long or open-ended.
+struct Forwarder {
+    /// Bodies up to this size that announce their length are relayed whole (with Content-Length);
+    /// anything else is streamed chunk by chunk as it arrives.
+    static let bufferedBodyLimit = 64 * 1024
+
+    let log: EventLog
+    let metrics: Metrics
+
+    struct Identity {
+        let status: String
+        let keyId: String?
+    }
+
+    func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+        let outgoing = UpstreamRequest(method: request.method, pathAndQuery: upstream.basePath + request.path + (request.query.map { "?" + $0 } ?? ""),
+                                       headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
+                                       body: request.body)
+        let start = DispatchTime.now().uptimeNanoseconds
+        let response: UpstreamResponse
+        do {
+            response = try upstream.client.send(outgoing)
+        } catch {
+            record.upstreamMs = RequestRecord.milliseconds(since: start)
+            metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
+                              help: "Upstream requests that failed before a response.")
+            throw GatewayError(error)
+        }
+        record.upstreamStatus = response.status
+        let headers = ForwardingRules.responseHeaders(response.headers) + [HTTPField("X-Request-Id", record.requestId)]
+        let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
+        if noBody || (response.contentLength.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
+            let body: [UInt8]
+            do {
+                body = noBody ? [] : try response.readAll(limit: Forwarder.bufferedBodyLimit)
+            } catch {
+                throw GatewayError(error)
+            }
+            response.finish()
+            record.upstreamMs = RequestRecord.milliseconds(since: start)
+            record.bytesOut = body.count
+            return HTTPResponse(status: response.status, headers: headers, body: .bytes(body))
+        }
+        return HTTPResponse(status: response.status, headers: headers,
+                            body: .stream(RelayedBody(response: response, record: record, upstreamStart: start, finish: { [log, metrics] in
+                                record.finish(log: log, metrics: metrics)
+                            })))
+    }
+
+    /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
+    private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
+        var headers = ForwardingRules.requestHeaders(request.headers)
+        if upstream.preserveHost, let host = request.headers.first(where: { $0.name.lowercased() == "host" }) {
+            headers.append(HTTPField("Host", host.value))
+        }
+        let forwardedFor = ForwardingRules.values("x-forwarded-for", in: request.headers) + [request.clientAddress]
+        headers.append(HTTPField("X-Forwarded-For", forwardedFor.joined(separator: ", ")))
+        let forwardedProto = ForwardingRules.values("x-forwarded-proto", in: request.headers) + ["http"]
+        headers.append(HTTPField("X-Forwarded-Proto", forwardedProto.joined(separator: ", ")))
+        let node = request.clientAddress.contains(":") ? "\"[\(request.clientAddress)]\"" : request.clientAddress
+        let forwarded = ForwardingRules.values("forwarded", in: request.headers) + ["for=\(node);proto=http"]
+        headers.append(HTTPField("Forwarded", forwarded.joined(separator: ", ")))
+        headers.append(HTTPField("X-Request-Id", requestId))
+        headers.append(HTTPField("X-Attest-Status", identity.status))
+        if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
+        return headers
+    }
+}
+
+/// An upstream body relayed to the client as it arrives; the request is logged when it closes.
+final class RelayedBody: HTTPBodyStream {
+    private let response: UpstreamResponse
+    private let record: RequestRecord
+    private let upstreamStart: UInt64
+    private let finish: () -> Void
+
+    init(response: UpstreamResponse, record: RequestRecord, upstreamStart: UInt64, finish: @escaping () -> Void) {
+        self.response = response
+        self.record = record
+        self.upstreamStart = upstreamStart
+        self.finish = finish
+    }
+
+    func nextChunk() throws -> [UInt8]? {
+        do {
+            guard let chunk = try response.readBody() else { return nil }
+            record.bytesOut += chunk.count
+            return chunk
+        } catch {
+            record.reason = error.reasonCode
+            throw error
+        }
+    }
+
+    func close() {
+        response.finish()
+        record.upstreamMs = RequestRecord.milliseconds(since: upstreamStart)
+        finish()
+    }
+}

@@ -1,0 +1,123 @@
+import AssertionCheck
+import Foundation
+import Synchronization
+import Upstream
+
+/// One request's path: route → (built-in endpoint | deny | pass | assert) → forward → log.
+/// Every early end is a `GatewayError`, turned into a response, a log line and a metric in one place.
+public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
+    private let current: Mutex<GatewayRuntime>
+    let keyCache: KeyCache
+    let metrics: Metrics
+    let log: EventLog
+
+    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog) {
+        current = Mutex(runtime)
+        keyCache = KeyCache(capacity: runtime.config.appAttest.keyCacheSize)
+        self.metrics = metrics
+        self.log = log
+    }
+
+    public var runtime: GatewayRuntime { current.withLock { $0 } }
+
+    /// Swaps in a new configuration; requests already running finish with the old one.
+    public func replace(_ runtime: GatewayRuntime) { current.withLock { $0 = runtime } }
+
+    public func maxBodyBytes(method: String, path: String) -> Int? {
+        let runtime = self.runtime
+        guard let decoded = PathDecoding.decode(path) else { return nil }
+        if case .route(let route) = runtime.router.match(method: method, path: decoded) { return route.maxBodyBytes }
+        return nil
+    }
+
+    public func handle(_ request: HTTPRequest) -> HTTPResponse {
+        let runtime = self.runtime
+        let record = RequestRecord(requestId: RequestID.accept(request.headers.values(named: "X-Request-Id")),
+                                   method: request.method, path: request.path, bytesIn: request.body.count)
+        do {
+            let response = try route(request, runtime: runtime, record: record)
+            record.status = response.status
+            if case .bytes = response.body { record.finish(log: log, metrics: metrics) }
+            return response
+        } catch {
+            record.reason = error.reasonCode
+            if record.decision != "upstream_error" { record.decision = "denied" }
+            record.status = error.status
+            record.finish(log: log, metrics: metrics)
+            var response = HTTPResponse.error(status: error.status, reason: error.reasonCode, message: error.message)
+            response.headers.append(HTTPField("X-Request-Id", record.requestId))
+            if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
+            return response
+        }
+    }
+
+    private func route(_ request: HTTPRequest, runtime: GatewayRuntime, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+        guard let path = PathDecoding.decode(request.path) else { throw .badPath }
+        let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
+        if let endpoint = builtins.endpoint(for: path) {
+            record.decision = "builtin"
+            return try builtins.handle(endpoint, request, record: record)
+        }
+        let route: RouteConfig
+        switch runtime.router.match(method: request.method, path: path) {
+        case .notFound: throw .routeNotFound
+        case .methodNotAllowed(let matched, let allowed):
+            record.route = matched.name
+            throw .methodNotAllowed(allowed: allowed)
+        case .route(let matched): route = matched
+        }
+        record.route = route.name
+        if request.body.count > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
+        let identity: Forwarder.Identity
+        switch route.policy {
+        case .deny:
+            throw .routeDenied
+        case .pass:
+            record.decision = "pass"
+            identity = Forwarder.Identity(status: "unverified", keyId: nil)
+        case .assert:
+            identity = try assertIdentity(request, path: path, route: route, runtime: runtime, record: record)
+        }
+        guard let upstream = runtime.upstreams[route.upstream ?? ""] else { throw .routeNotFound }
+        do {
+            return try Forwarder(log: log, metrics: metrics).forward(request, to: upstream, identity: identity, record: record)
+        } catch {
+            record.decision = "upstream_error"
+            throw error
+        }
+    }
+
+    /// Enforce mode: a failure ends the request. Report mode: it is logged and the request goes on,
+    /// marked `report_failed:<reason>` for the upstream (the gradual rollout Apple recommends).
+    private func assertIdentity(_ request: HTTPRequest, path: String, route: RouteConfig, runtime: GatewayRuntime,
+                                record: RequestRecord) throws(GatewayError) -> Forwarder.Identity {
+        let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics)
+        do {
+            let passed = try gate.check(request, decodedPath: path, route: route, record: record)
+            record.decision = "verified"
+            return Forwarder.Identity(status: "verified", keyId: passed.keyId)
+        } catch {
+            guard route.mode == .report else { throw error }
+            record.decision = "report_failed"
+            record.reason = error.reasonCode
+            return Forwarder.Identity(status: "report_failed:" + error.reasonCode, keyId: nil)
+        }
+    }
+}
+
+/// Request ids: the client's own when it looks like one, otherwise a fresh random one.
+enum RequestID {
+    static func accept(_ offered: [String]) -> String {
+        if offered.count == 1, let id = offered.first, (1...128).contains(id.utf8.count),
+           id.utf8.allSatisfy({ isAllowed($0) }) {
+            return id
+        }
+        var generator = SystemRandomNumberGenerator()
+        return Bytes.hex((0..<12).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+
+    private static func isAllowed(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+            || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+    }
+}
