@@ -34,7 +34,7 @@ public enum AppAttestEnvironment: String, CaseIterable, Sendable {
     case production
 
     /// The aaguid Apple writes into authData for each environment.
-    var aaguid: [UInt8] {
+    public var aaguid: [UInt8] {
         switch self {
         case .development: return Array("appattestdevelop".utf8)
         case .production: return Array("appattest".utf8) + [UInt8](repeating: 0, count: 7)

@@ -42,7 +42,7 @@ extension SimulatedDevice {
     /// rpIdHash | flags | counter | aaguid | credentialId length | credentialId | COSE_Key [| extensions].
     private func attestationAuthData(credentialPoint: [UInt8], faults: Set<AttestationFault>) -> [UInt8] {
         let counter: UInt64 = faults.contains(.nonZeroCounter) ? 1 : 0
-        let aaguid = faults.contains(.unknownAAGUID) ? Array("appattestunknown".utf8) : environment.appleAAGUID
+        let aaguid = faults.contains(.unknownAAGUID) ? Array("appattestunknown".utf8) : environment.aaguid
         let credentialId = faults.contains(.credentialIdNotKeyId) ? SHA256.hash(keyId) : keyId
         var authData = rpIdHash(wrong: faults.contains(.wrongAppID)) + [SimulatedDevice.flags]
             + bigEndian(counter, bytes: 4) + aaguid
@@ -76,15 +76,5 @@ extension SimulatedDevice {
         if faults.contains(.missingNonceExtension) { return [] }
         let value = faults.contains(.malformedNonceExtension) ? DER.element(0x04, nonce) : DER.nonceExtension(nonce)
         return [CertificateExtension(oid: SimulatedDevice.nonceExtensionOID, critical: false, value: value)]
-    }
-}
-
-extension AppAttestEnvironment {
-    /// The aaguid Apple writes into authData for this environment.
-    var appleAAGUID: [UInt8] {
-        switch self {
-        case .development: return Array("appattestdevelop".utf8)
-        case .production: return Array("appattest".utf8) + [UInt8](repeating: 0, count: 7)
-        }
     }
 }
