@@ -28,6 +28,20 @@ static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long
 static inline CURLcode ccurl_easy_getinfo_double(CURL *handle, CURLINFO info, double *value) {
     return curl_easy_getinfo(handle, info, value);
 }
+static inline CURLcode ccurl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+// Sets a request body of exactly `length` bytes (curl copies them). An empty body still needs a valid
+// pointer, or curl would read the fields as a C string.
+static inline CURLcode ccurl_easy_set_request_body(CURL *handle, const void *bytes, curl_off_t length) {
+    CURLcode rc = curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, length);
+    if (rc != CURLE_OK) return rc;
+    return curl_easy_setopt(handle, CURLOPT_COPYPOSTFIELDS, length > 0 && bytes ? bytes : "");
+}
+// CURLMsg.data is a union; this reads the result of a finished transfer.
+static inline CURLcode ccurl_msg_result(const CURLMsg *message) {
+    return message->data.result;
+}
 static inline CURLMcode ccurl_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }

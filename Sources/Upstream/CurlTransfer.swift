@@ -1,0 +1,283 @@
+import CCurl
+
+// The only file of Upstream that touches libcurl: every CURL*, CURLM* and curl_slist is owned by a
+// CurlTransfer and freed in its deinit; the rest of the module sees Swift values and UpstreamError.
+
+/// curl's process-wide setup; Swift runs a global's initialiser exactly once, thread-safely.
+private let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+
+/// One reusable exchange slot: an easy handle driven by a multi handle of its own. The multi handle holds
+/// the connection cache, so the connection outlives each exchange (keep-alive). Driving the multi handle
+/// from the calling thread lets a response stream without a thread per request.
+///
+/// Used by one thread at a time; `TransferPool` hands ownership from thread to thread.
+final class CurlTransfer: @unchecked Sendable {
+    private let easy: UnsafeMutableRawPointer
+    private let multi: UnsafeMutableRawPointer
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var attached = false
+
+    // Filled in by the callbacks while curl runs.
+    private(set) var status = 0
+    private(set) var responseHeaders: [HTTPField] = []
+    private(set) var headersComplete = false
+    private var pendingBody: [UInt8] = []
+    /// nil while the exchange runs.
+    private var outcome: Result<Void, UpstreamError>?
+
+    init() throws(UpstreamError) {
+        guard curlGlobalInit == CURLE_OK else {
+            throw .unavailable("curl_global_init failed: \(String(cString: curl_easy_strerror(curlGlobalInit)))")
+        }
+        guard let easy = curl_easy_init() else { throw .unavailable("curl_easy_init failed") }
+        guard let multi = curl_multi_init() else {
+            curl_easy_cleanup(easy)
+            throw .unavailable("curl_multi_init failed")
+        }
+        self.easy = easy
+        self.multi = multi
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        // One cached connection per transfer: the pool's size is then the idle-connection bound.
+        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1)
+    }
+
+    deinit {
+        detach()
+        curl_easy_cleanup(easy)
+        curl_multi_cleanup(multi)  // closes the cached connection
+        errorBuffer.deallocate()
+    }
+
+    /// Whether the exchange ran to its end without error, so its connection may serve the next one.
+    var finishedCleanly: Bool {
+        if case .success = outcome { true } else { false }
+    }
+
+    var timing: UpstreamTiming {
+        var connect: curl_off_t = 0
+        var firstByte: curl_off_t = 0
+        var newConnections = 0
+        _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_CONNECT_TIME_T, &connect)
+        _ = ccurl_easy_getinfo_off_t(easy, CURLINFO_STARTTRANSFER_TIME_T, &firstByte)
+        _ = ccurl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &newConnections)
+        return UpstreamTiming(
+            connectMs: Double(connect) / 1000, firstByteMs: Double(firstByte) / 1000,
+            reusedConnection: newConnections == 0)
+    }
+
+    /// Configures a fresh exchange (keeping the cached connection) and hands it to the multi handle.
+    func start(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
+        detach()
+        curl_easy_reset(easy)
+        errorBuffer[0] = 0
+        try configureTransport(url: url, target: target)
+        try configureMessage(request)
+        let added = curl_multi_add_handle(multi, easy)
+        guard added == CURLM_OK else { throw .unavailable(Self.describe(added)) }
+        attached = true
+    }
+
+    /// Runs the exchange until the final response's status line and headers are in. A failure after
+    /// them (even within the same read) belongs to the body and is thrown by `nextBodyChunk()`.
+    func waitForHeaders() throws(UpstreamError) {
+        drive { headersComplete }
+        if headersComplete { return }
+        if case .failure(let error) = outcome { throw error }
+        throw .protocolError("the upstream sent no response headers")
+    }
+
+    /// The body bytes that arrived since the last call, waiting for some if none did; nil at the end.
+    func nextBodyChunk() throws(UpstreamError) -> [UInt8]? {
+        drive { !pendingBody.isEmpty }
+        if !pendingBody.isEmpty {
+            let chunk = pendingBody
+            pendingBody = []
+            return chunk
+        }
+        if case .failure(let error) = outcome { throw error }
+        return nil
+    }
+
+    /// Ends the exchange and forgets its state; a finished connection stays in the multi handle's cache,
+    /// an unfinished one is closed by curl.
+    func detach() {
+        if attached {
+            _ = curl_multi_remove_handle(multi, easy)
+            attached = false
+        }
+        curl_slist_free_all(headerList)
+        headerList = nil
+        status = 0
+        responseHeaders = []
+        headersComplete = false
+        pendingBody = []
+        outcome = nil
+    }
+
+    // MARK: - Options
+
+    private func configureTransport(url: String, target: UpstreamTarget) throws(UpstreamError) {
+        try set(CURLOPT_URL, url)
+        try set(CURLOPT_PROTOCOLS_STR, "http,https")
+        try set(CURLOPT_PROXY, "")  // never a proxy from the environment
+        try set(CURLOPT_NOSIGNAL, 1)
+        try set(CURLOPT_CONNECTTIMEOUT_MS, target.connectTimeoutMs)
+        try set(CURLOPT_TIMEOUT_MS, target.timeoutMs)
+        try set(CURLOPT_TCP_NODELAY, 1)
+        try set(CURLOPT_FOLLOWLOCATION, 0)  // redirects go back to the client
+        try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        try set(CURLOPT_HTTP_CONTENT_DECODING, 0)  // compressed bodies pass through untouched
+        try set(CURLOPT_PATH_AS_IS, 1)  // forward "/a/../b" as given, not squashed
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, errorBuffer), CURLOPT_ERRORBUFFER)
+        let context = Unmanaged.passUnretained(self).toOpaque()  // self owns the handle, so outlives it
+        try check(ccurl_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, onHeaderLine), CURLOPT_HEADERFUNCTION)
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
+        try check(ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, onBodyBytes), CURLOPT_WRITEFUNCTION)
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
+    }
+
+    private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
+        if request.method == "HEAD" {
+            try set(CURLOPT_NOBODY, 1)
+        } else if request.sendsBody {
+            let bodySet = request.body.withUnsafeBytes {
+                ccurl_easy_set_request_body(easy, $0.baseAddress, curl_off_t($0.count))
+            }
+            try check(bodySet, CURLOPT_COPYPOSTFIELDS)
+            if request.method != "POST" { try set(CURLOPT_CUSTOMREQUEST, request.method) }
+        } else if request.method != "GET" {
+            try set(CURLOPT_CUSTOMREQUEST, request.method)
+        }
+        for line in request.curlHeaderLines {
+            guard let extended = curl_slist_append(headerList, line) else {
+                throw .unavailable("curl_slist_append failed")
+            }
+            headerList = extended
+        }
+        try check(ccurl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), CURLOPT_HTTPHEADER)
+    }
+
+    private func set(_ option: CURLoption, _ value: Int) throws(UpstreamError) {
+        try check(ccurl_easy_setopt_long(easy, option, value), option)
+    }
+
+    private func set(_ option: CURLoption, _ value: String) throws(UpstreamError) {
+        try check(ccurl_easy_setopt_string(easy, option, value), option)  // curl copies the string
+    }
+
+    private func check(_ code: CURLcode, _ option: CURLoption) throws(UpstreamError) {
+        guard code == CURLE_OK else {
+            throw .unavailable("curl refused option \(option.rawValue): \(String(cString: curl_easy_strerror(code)))")
+        }
+    }
+
+    // MARK: - Driving
+
+    /// Lets curl work until `ready` holds or the exchange ends. Every wait is bounded by the transfer's
+    /// total timeout, which curl enforces inside perform/poll.
+    private func drive(until ready: () -> Bool) {
+        while outcome == nil, !ready() {
+            var running: Int32 = 0
+            let performed = curl_multi_perform(multi, &running)
+            guard performed == CURLM_OK else { return fail(Self.describe(performed)) }
+            collectOutcome()
+            if outcome != nil || ready() { return }
+            let polled = curl_multi_poll(multi, nil, 0, 1000, nil)
+            guard polled == CURLM_OK else { return fail(Self.describe(polled)) }
+        }
+    }
+
+    private func collectOutcome() {
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(multi, &queued) {
+            guard message.pointee.msg == CURLMSG_DONE else { continue }
+            let result = ccurl_msg_result(message)
+            outcome = result == CURLE_OK ? .success(()) : .failure(error(for: result))
+        }
+    }
+
+    private func fail(_ detail: String) {
+        outcome = .failure(.unavailable(detail))
+    }
+
+    private func error(for code: CURLcode) -> UpstreamError {
+        let detail = errorBuffer[0] == 0 ? String(cString: curl_easy_strerror(code)) : String(cString: errorBuffer)
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT:
+            return .timeout(detail)
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
+             CURLE_GOT_NOTHING, CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_OUT_OF_MEMORY:
+            return .unavailable(detail)
+        case CURLE_URL_MALFORMAT:
+            return .invalidRequest(detail)
+        default:
+            return .protocolError(detail)
+        }
+    }
+
+    private static func describe(_ code: CURLMcode) -> String {
+        "curl multi: \(String(cString: curl_multi_strerror(code)))"
+    }
+
+    // MARK: - Callback targets
+
+    fileprivate func receiveHeader(_ line: UnsafeRawBufferPointer) {
+        guard !headersComplete else { return }  // trailers after a chunked body
+        let text = String(decoding: line, as: UTF8.self)
+        if text == "\r\n" || text == "\n" {
+            endHeaderBlock()
+        } else if text.hasPrefix("HTTP/") {
+            responseHeaders = []  // status line of a new (possibly interim) response
+        } else if let first = line.first, first == 0x20 || first == 0x09, !responseHeaders.isEmpty {
+            responseHeaders[responseHeaders.count - 1].value += " " + text.trimmingHTTPWhitespace()  // obs-fold
+        } else if let colon = text.firstIndex(of: ":") {
+            let value = text[text.index(after: colon)...]
+            responseHeaders.append(HTTPField(String(text[..<colon]), value.trimmingHTTPWhitespace()))
+        }
+    }
+
+    /// A blank line ends a header block; interim 1xx blocks are dropped and the final one awaited.
+    private func endHeaderBlock() {
+        var code = 0
+        _ = ccurl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
+        if code >= 200 {
+            status = code
+            headersComplete = true
+        } else {
+            responseHeaders = []
+        }
+    }
+
+    fileprivate func receiveBody(_ bytes: UnsafeRawBufferPointer) {
+        pendingBody.append(contentsOf: bytes)
+    }
+}
+
+private func onHeaderLine(buffer: UnsafeMutablePointer<CChar>?, size: Int, count: Int, context: UnsafeMutableRawPointer?) -> Int {
+    guard let context else { return 0 }
+    Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+        .receiveHeader(UnsafeRawBufferPointer(start: buffer, count: size * count))
+    return size * count
+}
+
+private func onBodyBytes(buffer: UnsafeMutablePointer<CChar>?, size: Int, count: Int, context: UnsafeMutableRawPointer?) -> Int {
+    guard let context else { return 0 }
+    Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+        .receiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count))
+    return size * count
+}
+
+private extension StringProtocol {
+    func trimmingHTTPWhitespace() -> String {
+        var trimmed = Substring(self)
+        while let first = trimmed.first, first.isHTTPWhitespace { trimmed.removeFirst() }
+        while let last = trimmed.last, last.isHTTPWhitespace { trimmed.removeLast() }
+        return String(trimmed)
+    }
+}
+
+private extension Character {
+    var isHTTPWhitespace: Bool { self == " " || self == "\t" || self == "\r\n" || self == "\r" || self == "\n" }
+}

@@ -1,0 +1,93 @@
+/// One header field, as sent or received. Order and repeats matter, so headers are lists of these.
+public struct HTTPField: Sendable, Equatable {
+    public var name: String
+    public var value: String
+
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
+    }
+}
+
+extension Array where Element == HTTPField {
+    /// The values of every field called `name` (case-insensitive), in order.
+    public func values(named name: String) -> [String] {
+        let wanted = name.lowercased()
+        return filter { $0.name.lowercased() == wanted }.map(\.value)
+    }
+}
+
+/// What the gateway forwards: the caller has already removed hop-by-hop headers.
+public struct UpstreamRequest: Sendable, Equatable {
+    public var method: String
+    /// Origin-form request target, starting with "/", forwarded byte for byte ("/v1/items%2F7?x=1").
+    public var pathAndQuery: String
+    public var headers: [HTTPField]
+    public var body: [UInt8]
+
+    public init(method: String, pathAndQuery: String, headers: [HTTPField] = [], body: [UInt8] = []) {
+        self.method = method
+        self.pathAndQuery = pathAndQuery
+        self.headers = headers
+        self.body = body
+    }
+}
+
+extension UpstreamRequest {
+    /// Message framing comes from `body` alone: a caller's Content-Length or Transfer-Encoding could
+    /// disagree with it and desynchronise the kept-alive connection.
+    private static let framingHeaders: Set<String> = ["content-length", "transfer-encoding"]
+
+    /// Rejects what would break the request line or header block before anything is sent.
+    func validate() throws(UpstreamError) {
+        guard !method.isEmpty, method.utf8.allSatisfy(Self.isTokenByte) else {
+            throw .invalidRequest("method \"\(method)\" is not an HTTP token")
+        }
+        guard pathAndQuery.hasPrefix("/"),
+              pathAndQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "#") })
+        else {
+            throw .invalidRequest("request target \"\(pathAndQuery)\" must start with / and be printable ASCII")
+        }
+        for field in headers {
+            guard !field.name.isEmpty, field.name.utf8.allSatisfy(Self.isTokenByte) else {
+                throw .invalidRequest("header name \"\(field.name)\" is not an HTTP token")
+            }
+            guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
+                throw .invalidRequest("header \(field.name) has a line break or NUL in its value")
+            }
+        }
+        guard method != "HEAD" || body.isEmpty else {
+            throw .invalidRequest("a HEAD request cannot carry a body")
+        }
+    }
+
+    /// Header lines for curl: the caller's fields minus framing, plus empty overrides that stop curl
+    /// adding its own Expect, Accept and Content-Type.
+    var curlHeaderLines: [String] {
+        var lines = headers.filter { !Self.framingHeaders.contains($0.name.lowercased()) }.map { field in
+            // "Name:" tells curl to drop a header; "Name;" is how it sends one with an empty value.
+            field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
+        }
+        lines.append("Expect:")
+        for name in ["Accept", "Content-Type"] where headers.values(named: name).isEmpty {
+            lines.append("\(name):")
+        }
+        return lines
+    }
+
+    /// Whether the request carries a body (and so a Content-Length), even an empty one.
+    var sendsBody: Bool {
+        !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method)
+    }
+
+    /// tchar from RFC 9110: letters, digits and !#$%&'*+-.^_`|~
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        }
+    }
+}
