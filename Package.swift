@@ -32,9 +32,11 @@ let package = Package(
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
 
+        // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
+        .target(name: "TestSupport", path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
-        .testTarget(name: "UpstreamTests", dependencies: ["Upstream"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "TestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream", "TestSupport"]),
     ]
 )

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Upstream
+import TestSupport
 import XCTest
 
 /// Real exchanges over loopback with examples/upstream.py.

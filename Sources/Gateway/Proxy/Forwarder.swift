@@ -16,7 +16,7 @@ struct Forwarder {
     }
 
     func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
-        let outgoing = UpstreamRequest(method: request.method, pathAndQuery: upstream.basePath + request.path + (request.query.map { "?" + $0 } ?? ""),
+        let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
