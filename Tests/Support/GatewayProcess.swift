@@ -1,0 +1,53 @@
+import Foundation
+
+/// The real `gateway serve` binary with a config file the test writes, on free loopback ports.
+public final class GatewayProcess: @unchecked Sendable {
+    public let process: ChildProcess
+    public let port: Int
+    public let adminPort: Int
+    public let configPath: String
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var adminURL: String { "http://127.0.0.1:\(adminPort)" }
+
+    /// `config` receives the listen and admin ports and returns the YAML text.
+    public init(directory: String, config: (_ port: Int, _ adminPort: Int) -> String) throws {
+        port = TestPaths.freePort()
+        adminPort = TestPaths.freePort()
+        configPath = directory + "/gateway.yaml"
+        try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
+        process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath])
+        guard process.waitForLine(timeout: 15, where: { $0.contains("\"event\":\"listening\"") }) != nil else {
+            let output = process.lines.joined(separator: "\n")
+            process.stop()
+            throw TestSupportError("gateway did not start:\n\(output)")
+        }
+    }
+
+    deinit { stop() }
+
+    public func stop() { process.stop() }
+
+    /// The JSON objects the gateway logged so far.
+    public var events: [[String: Any]] {
+        process.lines.compactMap { line in
+            guard let data = line.data(using: .utf8) else { return nil }
+            return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        }
+    }
+
+    /// Waits for a logged object that satisfies `predicate`.
+    public func waitForEvent(timeout: TimeInterval = 5, where predicate: ([String: Any]) -> Bool) -> [String: Any]? {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if let event = events.first(where: predicate) { return event }
+            usleep(20_000)
+        } while Date() < deadline
+        return nil
+    }
+
+    /// Rewrites the config file and sends SIGHUP.
+    public func reload(_ yaml: String) throws {
+        try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
+        process.signal(SIGHUP)
+    }
+}
