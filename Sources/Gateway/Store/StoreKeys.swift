@@ -1,0 +1,55 @@
+import AssertionCheck
+
+/// The Redis key layout. Everything about one App Attest key shares the hash tag `{<key id>}`, so
+/// each script touches a single Redis Cluster slot:
+///
+///     <prefix>:{<key id>}:<environment>:key   hash: the key record (`KeyRecord.fields`)
+///     <prefix>:{<key id>}:<environment>:win   sorted set: counters accepted below the highest (window > 0)
+///     <prefix>:{<key id>}:ch:<challenge>      string "assert", TTL: an assertion challenge bound to the key
+///     <prefix>:ch:{<challenge>}               string "attest", TTL: an attestation challenge (no key yet)
+///
+/// The environment is part of the record's name, so development and production keys never share a
+/// record, but it sits outside the hash tag: a lookup by key id alone reads both environments in one
+/// script on one slot. Key ids appear base64url-encoded (no padding).
+struct StoreKeys: Sendable {
+    static let maxKeyIdBytes = 64
+    static let maxChallengeBytes = 256
+
+    let prefix: String
+
+    init(prefix: String) throws(StoreError) {
+        let allowed = prefix.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }
+        guard !prefix.isEmpty, prefix.utf8.count <= 64, allowed else {
+            throw .invalidArgument("key prefix must be 1-64 printable ASCII characters without braces or spaces")
+        }
+        self.prefix = prefix
+    }
+
+    /// Key ids and challenges come from clients: anything outside these bounds cannot have been stored.
+    static func isPlausible(keyId: [UInt8]) -> Bool { (1...maxKeyIdBytes).contains(keyId.count) }
+    static func isPlausible(challenge: String) -> Bool { (1...maxChallengeBytes).contains(challenge.utf8.count) }
+
+    func attestChallenge(_ challenge: String) -> [UInt8] {
+        Array("\(prefix):ch:{\(challenge)}".utf8)
+    }
+
+    func assertChallenge(_ challenge: String, keyId: [UInt8]) -> [UInt8] {
+        Array("\(prefix):\(tag(keyId)):ch:\(challenge)".utf8)
+    }
+
+    func record(keyId: [UInt8], environment: AppAttestEnvironment) -> [UInt8] {
+        Array("\(prefix):\(tag(keyId)):\(environment.rawValue):key".utf8)
+    }
+
+    func window(keyId: [UInt8], environment: AppAttestEnvironment) -> [UInt8] {
+        Array("\(prefix):\(tag(keyId)):\(environment.rawValue):win".utf8)
+    }
+
+    /// The records to look at: the given environment's, or every environment's when it is not known.
+    func records(keyId: [UInt8], environment: AppAttestEnvironment?) -> [[UInt8]] {
+        let environments = environment.map { [$0] } ?? AppAttestEnvironment.allCases
+        return environments.map { record(keyId: keyId, environment: $0) }
+    }
+
+    private func tag(_ keyId: [UInt8]) -> String { "{\(Base64.encodeURLSafe(keyId))}" }
+}

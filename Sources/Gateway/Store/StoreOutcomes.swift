@@ -1,0 +1,26 @@
+/// How a registration ended.
+public enum RegisterOutcome: Equatable, Sendable {
+    case created
+    /// The key id already has a record (in any environment): a key is attested once
+    /// (reason code `key_already_registered`).
+    case alreadyRegistered
+}
+
+/// Why an assertion was refused by the store; the raw value is the reason code.
+public enum CommitRejection: String, Error, Equatable, Sendable {
+    case keyUnknown = "key_unknown"
+    case keyRevoked = "key_revoked"
+    /// Never issued for this key, expired, or already used.
+    case challengeUnknown = "challenge_unknown"
+    /// Not above the highest accepted counter, and not an unused counter inside the window.
+    case counterNotIncreasing = "counter_not_increasing"
+
+    public var reasonCode: String { rawValue }
+}
+
+/// How an assertion commit ended.
+public enum CommitOutcome: Equatable, Sendable {
+    /// Recorded; `previousCounter` is the highest counter accepted before this one.
+    case accepted(previousCounter: UInt32)
+    case rejected(CommitRejection)
+}

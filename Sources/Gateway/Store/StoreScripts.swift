@@ -1,0 +1,79 @@
+/// The store's Lua scripts. Each runs atomically on one hash tag (see `StoreKeys`); each either makes
+/// all of its changes or none, except that a presented challenge is always burned.
+struct StoreScripts: Sendable {
+    /// Takes a challenge out of the store on its first presentation, whatever the caller does next;
+    /// answers 1 only when it was issued for the purpose in ARGV[1].
+    let consumeChallenge = LuaScript(name: "consume_challenge", source: """
+        local purpose = redis.call('GET', KEYS[1])
+        if purpose then redis.call('DEL', KEYS[1]) end
+        if purpose == ARGV[1] then return 1 end
+        return 0
+        """)
+
+    /// Creates a key record unless the key id is registered already, in any environment (answers 0).
+    /// KEYS[1] the record, KEYS[2] its counter window (cleared), KEYS[3...] the key id's other records.
+    /// ARGV: the record's field/value pairs.
+    let register = LuaScript(name: "register_key", source: """
+        for i = 1, #KEYS do
+          if i ~= 2 and redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+        end
+        redis.call('DEL', KEYS[2])
+        redis.call('HSET', KEYS[1], unpack(ARGV))
+        return 1
+        """)
+
+    /// Accepts one assertion or changes nothing (but the challenge). Checks in order: key known, not
+    /// revoked, challenge fresh, counter new. Counter rule: above the highest accepted; or, with a window
+    /// N > 0, within the N-1 counters below the highest and not accepted before (requests that overtook
+    /// each other). KEYS[1] record, KEYS[2] window, KEYS[3] assertion challenge (absent when the route
+    /// binds no challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds).
+    /// Answers {'accepted', previous highest} or {reason code}.
+    let commitAssertion = LuaScript(name: "commit_assertion", source: """
+        local challengeFresh = true
+        if KEYS[3] then
+          challengeFresh = redis.call('GET', KEYS[3]) == 'assert'
+          redis.call('DEL', KEYS[3])
+        end
+        local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked')
+        if not record[1] then return {'key_unknown'} end
+        if record[2] == '1' then return {'key_revoked'} end
+        if not challengeFresh then return {'challenge_unknown'} end
+        local highest = tonumber(record[1])
+        local counter = tonumber(ARGV[1])
+        local window = tonumber(ARGV[2])
+        if counter > highest then
+          if window > 0 then
+            redis.call('ZADD', KEYS[2], highest, record[1])
+            redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', counter - window)
+          end
+          redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3])
+        elseif counter > highest - window and counter < highest and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+          redis.call('ZADD', KEYS[2], counter, ARGV[1])
+          redis.call('HSET', KEYS[1], 'last_used_at', ARGV[3])
+        else
+          return {'counter_not_increasing'}
+        end
+        return {'accepted', record[1]}
+        """)
+
+    /// The first existing record among KEYS (one key id, one record per environment) as HGETALL, or nil.
+    let loadKey = LuaScript(name: "load_key", source: """
+        for i = 1, #KEYS do
+          local fields = redis.call('HGETALL', KEYS[i])
+          if #fields > 0 then return fields end
+        end
+        return false
+        """)
+
+    /// Marks the existing records among KEYS revoked with reason ARGV[1]; answers how many there were.
+    let revoke = LuaScript(name: "revoke_key", source: """
+        local revoked = 0
+        for i = 1, #KEYS do
+          if redis.call('EXISTS', KEYS[i]) == 1 then
+            redis.call('HSET', KEYS[i], 'revoked', '1', 'revoked_reason', ARGV[1])
+            revoked = revoked + 1
+          end
+        end
+        return revoked
+        """)
+}

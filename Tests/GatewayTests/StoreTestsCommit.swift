@@ -1,0 +1,140 @@
+import AssertionCheck
+import Foundation
+import Gateway
+import XCTest
+
+/// The assertion commit script: its checks, its counter rules, and its atomicity under concurrency.
+final class StoreTestsCommit: XCTestCase {
+    var fixture: StoreFixture!
+    var store: AttestStore { fixture.store }
+    var record: KeyRecord!
+
+    override func setUpWithError() throws {
+        fixture = try StoreFixture()
+        record = StoreFixture.record()
+        XCTAssertEqual(try store.register(record), .created)
+    }
+
+    override func tearDown() { fixture = nil }
+
+    func commit(_ counter: UInt32, window: Int = 0, challenge: String? = nil, now: Date = Date()) throws -> CommitOutcome {
+        try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: challenge,
+                                  counter: counter, window: window, now: now)
+    }
+
+    func newChallenge() throws -> String {
+        try store.issueAssertChallenge(keyId: record.keyId, ttlSeconds: 60)
+    }
+
+    func testUnknownKeyIsRejected() throws {
+        let unknown = StoreFixture.randomBytes(32)
+        let challenge = try store.issueAssertChallenge(keyId: unknown, ttlSeconds: 60)
+        XCTAssertEqual(try store.commitAssertion(keyId: unknown, environment: .production, challenge: challenge,
+                                                 counter: 1, window: 0), .rejected(.keyUnknown))
+        XCTAssertEqual(try store.commitAssertion(keyId: record.keyId, environment: .development, challenge: nil,
+                                                 counter: 1, window: 0), .rejected(.keyUnknown), "other environment")
+        XCTAssertEqual(try store.commitAssertion(keyId: [], environment: .production, challenge: nil,
+                                                 counter: 1, window: 0), .rejected(.keyUnknown))
+    }
+
+    func testRevokedKeyIsRejectedAndUnchanged() throws {
+        XCTAssertTrue(try store.revoke(keyId: record.keyId, environment: .production, reason: "test"))
+        XCTAssertEqual(try commit(1, challenge: newChallenge()), .rejected(.keyRevoked))
+        XCTAssertEqual(try commit(2), .rejected(.keyRevoked))
+        XCTAssertEqual(try store.loadKey(keyId: record.keyId)?.counter, 0)
+    }
+
+    func testChallengeIsSingleUse() throws {
+        let challenge = try newChallenge()
+        XCTAssertEqual(try commit(1, challenge: challenge), .accepted(previousCounter: 0))
+        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: "never-issued"), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: String(repeating: "x", count: 1000)), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: newChallenge()), .accepted(previousCounter: 1))
+    }
+
+    /// Decision: a presented challenge is burned even when the counter is refused, so a failed attempt
+    /// cannot be retried with the same challenge; the record itself is left as it was.
+    func testCounterRejectionBurnsChallengeButChangesNothingElse() throws {
+        XCTAssertEqual(try commit(5), .accepted(previousCounter: 0))
+        let before = try store.loadKey(keyId: record.keyId)
+        let challenge = try newChallenge()
+        XCTAssertEqual(try commit(5, challenge: challenge), .rejected(.counterNotIncreasing))
+        XCTAssertEqual(try store.loadKey(keyId: record.keyId), before)
+        XCTAssertEqual(try commit(6, challenge: challenge), .rejected(.challengeUnknown))
+    }
+
+    func testCounterMustIncreaseWithoutWindow() throws {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        XCTAssertEqual(try commit(0), .rejected(.counterNotIncreasing), "the attestation used counter 0")
+        XCTAssertEqual(try commit(5, now: now), .accepted(previousCounter: 0))
+        XCTAssertEqual(try commit(5), .rejected(.counterNotIncreasing))
+        XCTAssertEqual(try commit(4), .rejected(.counterNotIncreasing))
+        XCTAssertEqual(try commit(UInt32.max, now: now), .accepted(previousCounter: 5))
+        XCTAssertEqual(try commit(UInt32.max), .rejected(.counterNotIncreasing))
+
+        let loaded = try XCTUnwrap(try store.loadKey(keyId: record.keyId))
+        XCTAssertEqual(loaded.counter, UInt32.max)
+        XCTAssertEqual(loaded.lastUsedAt, now)
+    }
+
+    func testWindowAcceptsEachLateCounterOnce() throws {
+        XCTAssertEqual(try commit(10, window: 4), .accepted(previousCounter: 0))
+        XCTAssertEqual(try commit(8, window: 4), .accepted(previousCounter: 10), "late, inside the window")
+        XCTAssertEqual(try commit(8, window: 4), .rejected(.counterNotIncreasing), "duplicate")
+        XCTAssertEqual(try commit(7, window: 4), .accepted(previousCounter: 10))
+        XCTAssertEqual(try commit(6, window: 4), .rejected(.counterNotIncreasing), "too old")
+        XCTAssertEqual(try commit(10, window: 4), .rejected(.counterNotIncreasing), "the highest itself")
+        XCTAssertEqual(try commit(12, window: 4), .accepted(previousCounter: 10))
+        XCTAssertEqual(try commit(10, window: 4), .rejected(.counterNotIncreasing), "the old highest is used")
+        XCTAssertEqual(try commit(11, window: 4), .accepted(previousCounter: 12))
+        XCTAssertEqual(try commit(9, window: 4), .accepted(previousCounter: 12))
+        XCTAssertEqual(try commit(8, window: 4), .rejected(.counterNotIncreasing), "left the window")
+        XCTAssertEqual(try commit(11, window: 0), .rejected(.counterNotIncreasing), "window 0 is strict")
+        XCTAssertEqual(try store.loadKey(keyId: record.keyId)?.counter, 12)
+    }
+
+    func testWindowStaysSmall() throws {
+        for counter in stride(from: UInt32(1), through: 200, by: 1) {
+            XCTAssertEqual(try commit(counter, window: 8), .accepted(previousCounter: counter - 1))
+        }
+        let name = "\(fixture.prefix):{\(Base64.encodeURLSafe(record.keyId))}:production:win"
+        guard case .integer(let size) = try fixture.connection().command("ZCARD", name) else { return XCTFail() }
+        XCTAssertLessThanOrEqual(size, 8)
+    }
+
+    func testConcurrentCommitsOfOneCounterAcceptExactlyOne() throws {
+        let store = self.store
+        let keyId = record.keyId
+        let outcomes = onThreads(16) { _ in
+            Result { try store.commitAssertion(keyId: keyId, environment: .production, challenge: nil, counter: 1, window: 0) }
+        }
+        let accepted = outcomes.filter { (try? $0.get()) == .accepted(previousCounter: 0) }
+        let refused = outcomes.filter { (try? $0.get()) == .rejected(.counterNotIncreasing) }
+        XCTAssertEqual(accepted.count, 1)
+        XCTAssertEqual(refused.count, 15)
+    }
+
+    func testConcurrentCommitsInsideTheWindowAcceptExactlyOne() throws {
+        XCTAssertEqual(try commit(20, window: 8), .accepted(previousCounter: 0))
+        let store = self.store
+        let keyId = record.keyId
+        let outcomes = onThreads(16) { _ in
+            try? store.commitAssertion(keyId: keyId, environment: .production, challenge: nil, counter: 17, window: 8)
+        }
+        XCTAssertEqual(outcomes.filter { $0 == .accepted(previousCounter: 20) }.count, 1)
+        XCTAssertEqual(outcomes.filter { $0 == .rejected(.counterNotIncreasing) }.count, 15)
+    }
+
+    func testConcurrentUsesOfOneChallengeAcceptExactlyOne() throws {
+        let challenge = try newChallenge()
+        let store = self.store
+        let keyId = record.keyId
+        let outcomes = onThreads(16) { index in
+            try? store.commitAssertion(keyId: keyId, environment: .production, challenge: challenge,
+                                       counter: UInt32(index + 1), window: 0)
+        }
+        XCTAssertEqual(outcomes.filter { if case .accepted = $0 { return true } else { return false } }.count, 1)
+        XCTAssertEqual(outcomes.filter { $0 == .rejected(.challengeUnknown) }.count, 15)
+    }
+}
