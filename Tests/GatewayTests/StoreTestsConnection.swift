@@ -1,5 +1,6 @@
 import Foundation
 import Gateway
+import TestSupport
 import XCTest
 
 /// `RedisConnection` against a real server: binary-safe arguments, every reply type, login and database.

@@ -2,6 +2,7 @@ import AssertionCheck
 import Dispatch
 import Foundation
 import Gateway
+import TestSupport
 import XCTest
 
 /// What happens when Redis misbehaves: forgotten scripts, no server, a frozen server, a restart, and a

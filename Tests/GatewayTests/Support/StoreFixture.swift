@@ -2,6 +2,7 @@ import AssertionCheck
 import Foundation
 import Gateway
 import Synchronization
+import TestSupport
 import XCTest
 
 /// The Redis a store test talks to: the runner's (TEST_REDIS_URL) when set, else a server of its own.
@@ -86,4 +87,10 @@ func onThreads<Value: Sendable>(_ count: Int, timeout: TimeInterval = 20,
     for _ in 0..<count { go.signal() }
     if done.wait(timeout: deadline) == .timedOut { XCTFail("threads still running after \(timeout) s") }
     return results.all
+}
+
+extension RedisTestServer {
+    var endpoint: RedisEndpoint {
+        RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password)
+    }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Gateway
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -7,16 +6,16 @@ import Glibc
 /// A throwaway `redis-server` on 127.0.0.1 for one test: a free port, no persistence, its own temp dir.
 /// The test stops it (`stop()`, or when the object goes away); it can also be restarted on the same
 /// port, or frozen with SIGSTOP to play a server that accepts connections but never answers.
-final class RedisTestServer {
-    let port: Int
-    let password: String?
-    let unixSocket: String?
+public final class RedisTestServer {
+    public let port: Int
+    public let password: String?
+    public let unixSocket: String?
     private let directory: URL
     private var process: Process?
     private var paused = false
 
     /// Starts a server; `password` sets requirepass, `unixSocket` adds a socket in the temp dir.
-    init(password: String? = nil, unixSocket: Bool = false) throws {
+    public init(password: String? = nil, unixSocket: Bool = false) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("redis-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         self.password = password
@@ -38,12 +37,8 @@ final class RedisTestServer {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    var endpoint: RedisEndpoint {
-        RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password)
-    }
-
     /// Starts the server again on the same port (after `stop()`), with an empty dataset.
-    func restart() throws {
+    public func restart() throws {
         stop()
         guard try Self.launch(port: port, password: password, unixSocket: unixSocket, directory: directory,
                               into: &process) else {
@@ -52,7 +47,7 @@ final class RedisTestServer {
     }
 
     /// Stops the server and waits (at most 5 s, then SIGKILL) until it has exited.
-    func stop() {
+    public func stop() {
         guard let running = process else { return }
         process = nil
         resume()
@@ -64,13 +59,13 @@ final class RedisTestServer {
     }
 
     /// Freezes the server: the kernel still accepts connections, but nothing is answered.
-    func pause() {
+    public func pause() {
         guard let running = process, !paused else { return }
         kill(running.processIdentifier, SIGSTOP)
         paused = true
     }
 
-    func resume() {
+    public func resume() {
         guard let running = process, paused else { return }
         kill(running.processIdentifier, SIGCONT)
         paused = false
@@ -107,6 +102,6 @@ final class RedisTestServer {
     }
 }
 
-enum RedisTestServerError: Error {
+public enum RedisTestServerError: Error {
     case cannotStart(String)
 }
