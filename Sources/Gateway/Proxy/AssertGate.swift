@@ -61,7 +61,7 @@ struct AssertGate {
     private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) {
         let outcome: CommitOutcome
         do {
-            outcome = try store.commitAssertion(keyId: keyId, environment: environment.rawValue, challenge: challenge,
+            outcome = try store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge,
                                                 counter: counter, window: window)
         } catch {
             throw GatewayError(error)
@@ -85,11 +85,10 @@ struct AssertGate {
         } catch {
             throw GatewayError(error)
         }
-        guard let record, let environment = AppAttestEnvironment(rawValue: record.environment),
-              let appID = AppID(record.appID) else { throw .keyUnknown }
+        guard let record, let appID = AppID(record.appID) else { throw .keyUnknown }
         let entry: KeyCache.Entry
         do {
-            entry = KeyCache.Entry(publicKey: try P256PublicKey(bytes: record.publicKeySPKI), appID: appID, environment: environment)
+            entry = KeyCache.Entry(publicKey: try P256PublicKey(bytes: record.publicKeySPKI), appID: appID, environment: record.environment)
         } catch {
             throw .storeError("stored public key does not parse: \(error.message)")
         }

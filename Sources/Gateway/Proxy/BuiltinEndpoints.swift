@@ -28,7 +28,7 @@ struct BuiltinEndpoints {
         guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
         switch endpoint {
         case .attestChallenge:
-            return challengeResponse(try storeCall { try runtime.store.issueChallenge(purpose: .attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
+            return challengeResponse(try storeCall { try runtime.store.issueAttestChallenge(ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
         case .assertChallenge:
             return challengeResponse(try assertChallenge(request))
         case .attestVerify:
@@ -38,8 +38,9 @@ struct BuiltinEndpoints {
 
     private func assertChallenge(_ request: HTTPRequest) throws(GatewayError) -> String {
         let ttl = runtime.config.appAttest.challengeTTLSeconds
+        // Bound to the key so the assertion commit touches one Redis slot (Cluster-safe, one round trip).
         guard let keyIdText = QueryString.value(of: "key_id", in: request.query) else {
-            return try storeCall { try runtime.store.issueChallenge(purpose: .assert, ttlSeconds: ttl) }
+            throw .badRequest("key_id query parameter is required: /assert/challenge?key_id=<key id>")
         }
         guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
             throw .badRequest("key_id is not base64 of a 32-byte key id")
@@ -57,7 +58,7 @@ struct BuiltinEndpoints {
         let registration = try RegistrationRequest(request.body)
         record.keyId = Base64.encode(registration.keyId)
         guard let challenge = String(validating: registration.challenge, as: UTF8.self),
-              try storeCall({ try runtime.store.consumeChallenge(challenge, purpose: .attest) }) else {
+              try storeCall({ try runtime.store.consumeAttestChallenge(challenge) }) else {
             throw .challengeUnknown
         }
         let start = DispatchTime.now().uptimeNanoseconds
@@ -70,9 +71,8 @@ struct BuiltinEndpoints {
             throw .verification(error)
         }
         record.verifyMs = RequestRecord.milliseconds(since: start)
-        let stored = KeyRecord(keyId: key.keyId, environment: key.environment.rawValue, appID: key.appID.description,
-                               publicKeySPKI: key.publicKey.spki, counter: 0, receipt: key.receipt,
-                               createdAt: key.verifiedAt, revoked: false, lastUsedAt: nil)
+        let stored = KeyRecord(keyId: key.keyId, environment: key.environment, appID: key.appID.description,
+                               publicKeySPKI: key.publicKey.spki, counter: 0, receipt: key.receipt, createdAt: key.verifiedAt)
         guard try storeCall({ try runtime.store.register(stored) }) == .created else {
             metrics.increment("gateway_attestations_total", ["result": "rejected", "reason": "key_already_registered"], help: "Attestations by result.")
             throw .keyAlreadyRegistered

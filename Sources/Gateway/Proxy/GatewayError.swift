@@ -1,4 +1,5 @@
 import AssertionCheck
+import Upstream
 
 /// Every way a request can end early. The one place where a reason becomes an HTTP status: the error
 /// body, the log line's `reason` and the metric label all derive from `reasonCode`.
@@ -88,6 +89,33 @@ public enum GatewayError: Error, Equatable {
         case .badBase64, .badCBOR, .badFormat, .badAssertion, .clientDataInvalid, .badPublicKey: return 400
         case .counterNotIncreasing: return 409
         default: return 401
+        }
+    }
+}
+
+extension GatewayError {
+    init(_ error: StoreError) {
+        switch error {
+        case .unavailable(let detail): self = .storeUnavailable(detail)
+        case .unexpectedReply(let detail), .invalidArgument(let detail): self = .storeError(detail)
+        }
+    }
+
+    init(_ rejection: CommitRejection) {
+        switch rejection {
+        case .keyUnknown: self = .keyUnknown
+        case .keyRevoked: self = .keyRevoked
+        case .challengeUnknown: self = .challengeUnknown
+        case .counterNotIncreasing:
+            self = .verification(VerificationError(.counterNotIncreasing, "the counter is not above the highest one seen for this key (replay?)"))
+        }
+    }
+
+    init(_ error: UpstreamError) {
+        switch error {
+        case .timeout(let detail): self = .upstreamTimeout(detail)
+        case .unavailable(let detail): self = .upstreamUnavailable(detail)
+        case .protocolError, .responseTooLarge, .invalidRequest, .invalidTarget: self = .upstreamProtocolError(error.description)
         }
     }
 }

@@ -1,0 +1,53 @@
+import AssertionCheck
+import Upstream
+
+/// One upstream as the forwarder uses it.
+struct UpstreamBinding: Sendable {
+    let name: String
+    let client: UpstreamClient
+    let preserveHost: Bool
+}
+
+/// Everything built from one configuration: swapped whole on reload, so a request sees one
+/// consistent set of routes, upstreams and store.
+public final class GatewayRuntime: Sendable {
+    public let config: GatewayConfig
+    let router: Router
+    let upstreams: [String: UpstreamBinding]
+    public let store: AttestStore
+    let attestationPolicy: AttestationPolicy
+
+    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore) {
+        self.config = config
+        self.router = router
+        self.upstreams = upstreams
+        self.store = store
+        attestationPolicy = AttestationPolicy(apps: config.appAttest.apps, environments: Set(config.appAttest.environments),
+                                              trustAnchor: config.appAttest.trustAnchor)
+    }
+
+    /// Reuses what did not change since `previous`: upstream clients (and their kept-alive
+    /// connections) and the Redis pool.
+    public static func build(_ config: GatewayConfig, previous: GatewayRuntime? = nil) throws -> GatewayRuntime {
+        var upstreams: [String: UpstreamBinding] = [:]
+        for upstream in config.upstreams {
+            let target = try UpstreamTarget(baseURL: upstream.url, connectTimeoutMs: upstream.connectTimeoutMs,
+                                            timeoutMs: upstream.timeoutMs, maxIdleConnections: upstream.maxIdleConnections)
+            let client = previous?.upstreams[upstream.name].flatMap { $0.client.target == target ? $0.client : nil }
+                ?? UpstreamClient(target: target)
+            upstreams[upstream.name] = UpstreamBinding(name: upstream.name, client: client, preserveHost: upstream.hostHeader == .preserve)
+        }
+        let store: AttestStore
+        if let previous, previous.config.redis == config.redis {
+            store = previous.store
+        } else {
+            store = try makeStore(config.redis)
+        }
+        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store)
+    }
+
+    static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {
+        let pool = try RedisPool(endpoint: try RedisEndpoint.parse(url: redis.url), size: redis.poolSize, timeoutMs: redis.timeoutMs)
+        return try AttestStore(pool: pool, keyPrefix: redis.keyPrefix)
+    }
+}

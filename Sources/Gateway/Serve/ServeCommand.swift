@@ -1,0 +1,127 @@
+import Dispatch
+import Foundation
+
+/// `gateway serve --config FILE`: the proxy on `listen`, the admin endpoints on `admin_listen`.
+/// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
+/// drain in-flight requests and exit 0.
+enum ServeCommand {
+    static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N]"
+
+    static func run(_ arguments: [String]) -> Int32 {
+        let path: String
+        let drainSeconds: Int
+        do {
+            var options = try Arguments(arguments)
+            path = try options.required("config")
+            drainSeconds = try options.integer("drain-seconds", default: 30)
+            try options.rejectUnknown()
+        } catch {
+            FileHandle.standardError.write(Data("gateway serve: \(error)\n\(usage)\n".utf8))
+            return 2
+        }
+        let log = EventLog()
+        let config: GatewayConfig
+        do {
+            config = try GatewayConfig.load(path: path)
+        } catch {
+            log.event(.error, "config_invalid", ["reason": error.reasonCode, "path": path, "errors": error.issues.map(\.description)])
+            return 1
+        }
+        log.setLevel(config.log.level)
+        do {
+            let server = try Server(config: config, configPath: path, log: log)
+            return server.runUntilStopped(drainSeconds: drainSeconds)
+        } catch {
+            log.event(.error, "startup_failed", ["message": "\(error)"])
+            return 1
+        }
+    }
+}
+
+/// The running gateway: both listeners, the handler, and the signal sources that drive reload and stop.
+final class Server: @unchecked Sendable {
+    private let configPath: String
+    private let log: EventLog
+    private let metrics = Metrics()
+    private let handler: ProxyHandler
+    private let proxyServer: MHDServer
+    private let adminServer: MHDServer
+    private let stopped = DispatchSemaphore(value: 0)
+    private var signalSources: [DispatchSourceSignal] = []
+    private let signalQueue = DispatchQueue(label: "gateway.signals")
+
+    init(config: GatewayConfig, configPath: String, log: EventLog) throws {
+        self.configPath = configPath
+        self.log = log
+        Server.announce(config, log: log)
+        handler = ProxyHandler(runtime: try GatewayRuntime.build(config), metrics: metrics, log: log)
+        proxyServer = try MHDServer(address: config.listen.description, limits: config.listenerLimits, handler: handler)
+        adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
+                                    handler: AdminHandler(proxy: handler))
+        if !handler.runtime.store.ping() {
+            log.event(.warn, "store_unreachable", ["redis": config.redis.redactedURL,
+                                                   "message": "Redis does not answer: assert routes will fail with 503 until it does"])
+        }
+        log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",
+                                       "routes": config.routes.count, "config": configPath])
+    }
+
+    /// Warns loudly about a trust anchor that is not Apple's: such a gateway accepts simulated devices.
+    static func announce(_ config: GatewayConfig, log: EventLog) {
+        guard !config.appAttest.trustAnchor.isApple else { return }
+        log.event(.warn, "trust_anchor_not_apple", [
+            "trust_anchor": config.appAttest.trustAnchorFile ?? "?",
+            "message": "WARNING: attestations are verified against a trust anchor that is NOT Apple's App Attestation root. "
+                + "Any device this CA signs is accepted. Use this for tests and demos only, never in production.",
+        ])
+    }
+
+    func runUntilStopped(drainSeconds: Int) -> Int32 {
+        for number in [SIGHUP, SIGTERM, SIGINT] { signal(number, SIG_IGN) }
+        signal(SIGPIPE, SIG_IGN)
+        listen(SIGHUP) { [self] in reload() }
+        listen(SIGTERM) { [self] in stopped.signal() }
+        listen(SIGINT) { [self] in stopped.signal() }
+        stopped.wait()
+        drain(seconds: drainSeconds)
+        return 0
+    }
+
+    private func listen(_ number: Int32, _ action: @escaping @Sendable () -> Void) {
+        let source = DispatchSource.makeSignalSource(signal: number, queue: signalQueue)
+        source.setEventHandler(handler: action)
+        source.resume()
+        signalSources.append(source)
+    }
+
+    /// Builds the new runtime completely before swapping it in; any error keeps the old one.
+    private func reload() {
+        do {
+            let config = try GatewayConfig.load(path: configPath)
+            let running = handler.runtime.config
+            if config.listen != running.listen || config.adminListen != running.adminListen {
+                log.event(.warn, "listen_change_ignored", ["message": "listen and admin_listen change only on restart"])
+            }
+            Server.announce(config, log: log)
+            handler.replace(try GatewayRuntime.build(config, previous: handler.runtime))
+            log.setLevel(config.log.level)
+            log.event(.info, "config_reloaded", ["config": configPath, "routes": config.routes.count])
+        } catch let error as ConfigError {
+            log.event(.error, "config_reload_failed", ["reason": error.reasonCode, "errors": error.issues.map(\.description),
+                                                       "message": "kept the running configuration"])
+        } catch {
+            log.event(.error, "config_reload_failed", ["reason": "invalid_config", "message": "\(error); kept the running configuration"])
+        }
+    }
+
+    private func drain(seconds: Int) {
+        log.event(.info, "draining", ["in_flight": proxyServer.inFlightRequests, "timeout_seconds": seconds])
+        proxyServer.quiesce()
+        let deadline = Date().addingTimeInterval(Double(seconds))
+        while proxyServer.inFlightRequests > 0, Date() < deadline { usleep(20_000) }
+        let abandoned = proxyServer.inFlightRequests
+        proxyServer.stop()
+        adminServer.stop()
+        log.event(.info, "stopped", ["abandoned_requests": abandoned])
+    }
+}
