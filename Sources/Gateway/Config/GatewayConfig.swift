@@ -1,0 +1,118 @@
+import Foundation
+
+/// The gateway's YAML configuration, validated and typed. Only `app_attest.apps`, `upstreams` and `routes`
+/// are required; everything else has a default. Unknown keys are errors: a misspelt key must never leave a
+/// weaker default in force.
+public struct GatewayConfig: Sendable {
+    public let listen: ListenAddress
+    /// Serves /healthz, /readyz and /metrics.
+    public let adminListen: ListenAddress
+    /// Put in front of the built-in endpoints (/attest/challenge, /attest/verify, /assert/challenge):
+    /// "" or "/segment[/segment…]".
+    public let prefix: String
+    public let redis: RedisConfig
+    public let appAttest: AppAttestConfig
+    /// `server.max_body_bytes` is the default for routes without their own.
+    public let server: ServerLimits
+    public let log: LogConfig
+    /// In file order.
+    public let upstreams: [UpstreamConfig]
+    /// In file order.
+    public let routes: [RouteConfig]
+
+    /// Largest body any route may accept: bodies are held in memory.
+    static let maxBodyCeiling = 256 * 1024 * 1024
+    /// Config files are small; a huge one is a mistake, not a configuration.
+    static let maxFileBytes = 1024 * 1024
+
+    public func upstream(named name: String) -> UpstreamConfig? { upstreams.first { $0.name == name } }
+
+    /// Limits for the inbound listener: the server's, with the body limit raised to the largest route's, since
+    /// each route's own limit is applied per request (`HTTPHandler.maxBodyBytes`).
+    public var listenerLimits: ServerLimits {
+        var limits = server
+        limits.maxBodyBytes = routes.map(\.maxBodyBytes).reduce(server.maxBodyBytes, max)
+        return limits
+    }
+
+    /// Reads and validates the file at `path`; a relative trust-anchor path is taken from the file's folder.
+    public static func load(path: String) throws(ConfigError) -> GatewayConfig {
+        let unreadable = { (problem: String) in
+            ConfigError(issues: [ConfigIssue(.unreadableFile, path: "", message: "cannot read \(path): \(problem)", line: nil)])
+        }
+        guard let data = FileManager.default.contents(atPath: path) else { throw unreadable("no such readable file") }
+        guard data.count <= maxFileBytes else { throw unreadable("larger than \(maxFileBytes) bytes") }
+        guard let text = String(data: data, encoding: .utf8) else { throw unreadable("not UTF-8 text") }
+        return try parse(yaml: text, baseDirectory: (path as NSString).deletingLastPathComponent)
+    }
+
+    /// Validates YAML text, reporting every problem found.
+    public static func parse(yaml text: String, baseDirectory: String = ".") throws(ConfigError) -> GatewayConfig {
+        let root: YAMLNode
+        do {
+            root = try YAMLDocument.parse(text)
+        } catch {
+            let reason: ConfigIssue.Reason = error.reason == .duplicateKey ? .duplicateKey : .invalidYAML
+            throw ConfigError(issues: [ConfigIssue(reason, path: error.path, message: error.message, line: error.line)])
+        }
+        let log = IssueLog()
+        guard let top = ConfigValue(node: root, path: "", log: log).mapping() else { throw ConfigError(issues: log.issues) }
+        let config = read(top, baseDirectory: baseDirectory.isEmpty ? "." : baseDirectory)
+        top.finish()
+        guard log.issues.isEmpty else { throw ConfigError(issues: log.issues) }
+        return config
+    }
+
+    private static func read(_ top: ConfigMapping, baseDirectory: String) -> GatewayConfig {
+        let listen = readAddress(top, "listen", default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 8080))
+        let adminListen = readAddress(top, "admin_listen",
+                                      default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 9901))
+        let prefix = readPrefix(top)
+        let redis = RedisConfig.read(top.section("redis"))
+        let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
+        let server = readServer(top.section("server"))
+        let log = LogConfig.read(top.section("log"))
+        let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
+        let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
+                                         defaultMaxBody: server.maxBodyBytes)
+        return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
+                             appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes)
+    }
+
+    private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {
+        guard let value = top.optional(key), let text = value.string() else { return fallback }
+        do {
+            return try ListenAddress(text)
+        } catch {
+            if case .invalidAddress(_, let problem) = error {
+                value.invalid("expected host:port like 127.0.0.1:8080, [::1]:8080 or :8080 (\(problem)), got \"\(text)\"")
+            }
+            return fallback
+        }
+    }
+
+    private static func readPrefix(_ top: ConfigMapping) -> String {
+        guard let value = top.optional("prefix"), let prefix = value.string() else { return "" }
+        let segments = prefix.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let valid = prefix.isEmpty || (prefix.hasPrefix("/") && segments.allSatisfy { segment in
+            !segment.isEmpty && segment != "." && segment != ".."
+                && segment.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-._~".contains($0)) }
+        })
+        guard valid else {
+            value.invalid("expected \"\" or a path like /gateway (letters, digits, - . _ ~; no trailing /), got \"\(prefix)\"")
+            return ""
+        }
+        return prefix
+    }
+
+    private static func readServer(_ section: ConfigMapping) -> ServerLimits {
+        defer { section.finish() }
+        return ServerLimits(
+            connectionLimit: section.int("connection_limit", default: 1024, in: 1...100_000),
+            perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...100_000),
+            connectionTimeoutSeconds: section.int("connection_timeout_seconds", default: 30, in: 1...3600),
+            connectionMemoryLimitBytes: section.int("connection_memory_limit_bytes", default: 65536,
+                                                    in: 8192...16 * 1024 * 1024),
+            maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling))
+    }
+}

@@ -1,0 +1,188 @@
+/// What the gateway does with requests on a route.
+public enum RoutePolicy: String, CaseIterable, Sendable {
+    /// Require a valid App Attest assertion.
+    case assert
+    /// Forward without checks.
+    case pass
+    /// Refuse (403) without contacting an upstream.
+    case deny
+}
+
+/// For `assert` routes: refuse failing requests, or only log them while rolling out.
+public enum AssertionMode: String, CaseIterable, Sendable {
+    case enforce
+    case report
+}
+
+/// What the assertion's client data is built from.
+public enum ClientDataSource: String, CaseIterable, Sendable {
+    case json
+    case body
+}
+
+/// One entry of `routes:`.
+public struct RouteConfig: Sendable, Equatable {
+    public enum Match: Sendable, Equatable {
+        /// `path`: this decoded path only.
+        case exact(String)
+        /// `path_prefix`: every decoded path starting with these bytes.
+        case prefix(String)
+    }
+
+    public let match: Match
+    /// nil = every method.
+    public let methods: [String]?
+    /// nil only for `deny` routes.
+    public let upstream: String?
+    public let policy: RoutePolicy
+    public let mode: AssertionMode
+    public let clientData: ClientDataSource
+    public let counterWindow: Int
+    public let maxBodyBytes: Int
+    /// Position in `routes:` (0-based), to name the route in logs.
+    public let index: Int
+
+    public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
+                mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
+                maxBodyBytes: Int = 1_048_576, index: Int = 0) {
+        self.match = match
+        self.methods = methods
+        self.upstream = upstream
+        self.policy = policy
+        self.mode = mode
+        self.clientData = clientData
+        self.counterWindow = counterWindow
+        self.maxBodyBytes = maxBodyBytes
+        self.index = index
+    }
+}
+
+extension RouteConfig {
+    static func readAll(_ value: ConfigValue?, upstreams: Set<String>, defaultMaxBody: Int) -> [RouteConfig] {
+        guard let value, let items = value.list() else { return [] }
+        guard !items.isEmpty else {
+            value.invalid("at least one route is required")
+            return []
+        }
+        let routes = items.enumerated().compactMap { index, item in
+            item.mapping().flatMap { read($0, index: index, upstreams: upstreams, defaultMaxBody: defaultMaxBody) }
+        }
+        reportDuplicates(routes, items: items)
+        return routes
+    }
+
+    private static func read(_ route: ConfigMapping, index: Int, upstreams: Set<String>,
+                             defaultMaxBody: Int) -> RouteConfig? {
+        defer { route.finish() }
+        let match = readMatch(route)
+        let methods = route.optional("methods").flatMap(readMethods)
+        let policy = route.required("policy")?.choice(RoutePolicy.self)
+        let upstream = readUpstream(route, policy: policy, upstreams: upstreams)
+        let assertOnly = policy == .assert ? nil : "only valid with policy assert"
+        let mode = assertOption(route, "mode", refusal: assertOnly) { $0.choice(AssertionMode.self) } ?? .enforce
+        let clientData = assertOption(route, "client_data", refusal: assertOnly) { $0.choice(ClientDataSource.self) } ?? .json
+        let window = assertOption(route, "counter_window", refusal: assertOnly) { $0.int(in: 0...1024) } ?? 0
+        let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
+        guard let match, let policy else { return nil }
+        return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
+                           clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, index: index)
+    }
+
+    private static func readMatch(_ route: ConfigMapping) -> Match? {
+        let exact = route.optional("path")
+        let prefix = route.optional("path_prefix")
+        switch (exact, prefix) {
+        case (let exact?, nil): return exact.string().flatMap { validPath($0, exact) }.map(Match.exact)
+        case (nil, let prefix?): return prefix.string().flatMap { validPath($0, prefix) }.map(Match.prefix)
+        case (_?, let prefix?):
+            prefix.invalid("give either path or path_prefix, not both")
+        case (nil, nil):
+            route.log.report(.missingKey, route.path, "one of path or path_prefix is required", line: route.line)
+        }
+        return nil
+    }
+
+    /// Route paths are compared with decoded request paths, so they are written decoded: no `%`, and nothing
+    /// `PathDecoding` would refuse (dot segments, `//`, backslashes).
+    private static func validPath(_ path: String, _ value: ConfigValue) -> String? {
+        guard path.hasPrefix("/") else {
+            value.invalid("must start with \"/\", got \"\(path)\"")
+            return nil
+        }
+        let hasForbiddenCharacter = path.unicodeScalars.contains {
+            $0.value <= 0x20 || $0.value == 0x7F || "%?#".unicodeScalars.contains($0)
+        }
+        guard !hasForbiddenCharacter, PathDecoding.decode(path) == path else {
+            value.invalid("must be a plain decoded path without %, ?, #, spaces, \"//\", \".\" or \"..\" segments, got \"\(path)\"")
+            return nil
+        }
+        return path
+    }
+
+    private static func readMethods(_ value: ConfigValue) -> [String]? {
+        guard let items = value.list() else { return nil }
+        guard !items.isEmpty else {
+            value.invalid("must list at least one method (leave the key out to allow all)")
+            return nil
+        }
+        var methods: [String] = []
+        for item in items {
+            guard let method = item.string() else { continue }
+            if method.isEmpty || !method.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) {
+                item.invalid("expected an uppercase method name like GET or POST, got \"\(method)\"")
+            } else if methods.contains(method) {
+                item.invalid("\(method) is listed twice")
+            } else {
+                methods.append(method)
+            }
+        }
+        return methods
+    }
+
+    private static func readUpstream(_ route: ConfigMapping, policy: RoutePolicy?, upstreams: Set<String>) -> String? {
+        let value = policy == .deny ? route.optional("upstream") : route.required("upstream")
+        guard let value, let name = value.string() else { return nil }
+        guard upstreams.contains(name) else {
+            let known = upstreams.sorted().joined(separator: ", ")
+            value.invalid("no upstream named \"\(name)\" (defined: \(known.isEmpty ? "none" : known))", .undefinedUpstream)
+            return nil
+        }
+        return name
+    }
+
+    /// Reads a key that only `assert` routes accept; on other routes its presence is an error, because a
+    /// reader would assume it has an effect.
+    private static func assertOption<T>(_ route: ConfigMapping, _ key: String, refusal: String?,
+                                        _ read: (ConfigValue) -> T?) -> T? {
+        guard let value = route.optional(key) else { return nil }
+        if let refusal {
+            value.invalid(refusal)
+            return nil
+        }
+        return read(value)
+    }
+
+    private static func reportDuplicates(_ routes: [RouteConfig], items: [ConfigValue]) {
+        var seen: [Match: Int] = [:]
+        for route in routes {
+            let (key, text) = route.match.keyAndPath
+            if let first = seen[route.match] {
+                let item = items[route.index]
+                item.log.report(.duplicateRoute, "\(item.path).\(key)",
+                                "routes[\(first)] already has \(key) \"\(text)\" (line \(items[first].node.line))",
+                                line: item.node.line)
+            } else {
+                seen[route.match] = route.index
+            }
+        }
+    }
+}
+
+extension RouteConfig.Match: Hashable {
+    var keyAndPath: (key: String, path: String) {
+        switch self {
+        case .exact(let path): return ("path", path)
+        case .prefix(let path): return ("path_prefix", path)
+        }
+    }
+}

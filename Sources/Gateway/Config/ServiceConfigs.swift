@@ -1,0 +1,164 @@
+/// `redis:` — where challenges, counters and attested keys live.
+public struct RedisConfig: Sendable, Equatable {
+    public let url: String
+    public let host: String
+    public let port: Int
+    public let database: Int
+    public let username: String?
+    public let password: String?
+    public let poolSize: Int
+    public let timeoutMs: Int
+    /// Prepended to every key ("aag:…") so the gateway can share a Redis.
+    public let keyPrefix: String
+
+    private static let defaultURL = "redis://127.0.0.1:6379/0"
+
+    static func read(_ section: ConfigMapping) -> RedisConfig {
+        defer { section.finish() }
+        let url = section.string("url", default: defaultURL)
+        let parsed = parse(url, at: section.optional("url"))
+            ?? Endpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, password: nil)
+        let keyPrefix = section.string("key_prefix", default: "aag")
+        if keyPrefix.isEmpty || keyPrefix.count > 64
+            || !keyPrefix.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_.:-".contains($0)) }) {
+            section.optional("key_prefix")?.invalid("expected 1-64 characters from A-Z a-z 0-9 _ . : -, got \"\(keyPrefix)\"")
+        }
+        return RedisConfig(url: url, host: parsed.host, port: parsed.port, database: parsed.database,
+                           username: parsed.username, password: parsed.password,
+                           poolSize: section.int("pool_size", default: 16, in: 1...1024),
+                           timeoutMs: section.int("timeout_ms", default: 250, in: 1...60_000), keyPrefix: keyPrefix)
+    }
+
+    private struct Endpoint {
+        let host: String, port: Int, database: Int, username: String?, password: String?
+    }
+
+    /// `redis://[[user]:password@]host[:port][/database]`
+    private static func parse(_ url: String, at value: ConfigValue?) -> Endpoint? {
+        let parsed: ServiceURL
+        do {
+            parsed = try ServiceURL.parse(url, schemes: ["redis"])
+        } catch {
+            value?.invalid(error.message)
+            return nil
+        }
+        let databaseText = parsed.path.dropFirst()
+        let database = databaseText.isEmpty ? 0 : Int(databaseText)
+        guard let database, (0...9999).contains(database), parsed.path.isEmpty || parsed.path.hasPrefix("/") else {
+            value?.invalid("the path must be a database number like /0, got \"\(parsed.path)\"")
+            return nil
+        }
+        var username: String?, password: String?
+        if let userInfo = parsed.userInfo {
+            guard let colon = userInfo.firstIndex(of: ":") else {
+                value?.invalid("credentials must be written :password@ or user:password@")
+                return nil
+            }
+            username = colon == userInfo.startIndex ? nil : String(userInfo[..<colon])
+            password = String(userInfo[userInfo.index(after: colon)...])
+        }
+        return Endpoint(host: parsed.host, port: parsed.port ?? 6379, database: database, username: username,
+                        password: password)
+    }
+}
+
+/// One entry of `upstreams:` — an API the gateway forwards to.
+public struct UpstreamConfig: Sendable, Equatable {
+    /// Which Host header the upstream receives.
+    public enum HostHeader: String, CaseIterable, Sendable {
+        /// The upstream's own host[:port].
+        case upstream
+        /// The client's Host, unchanged.
+        case preserve
+    }
+
+    public let name: String
+    public let url: String
+    /// "http" or "https".
+    public let scheme: String
+    public let host: String
+    /// Explicit, or the scheme's default.
+    public let port: Int
+    /// Prepended to request paths: "" or "/api" (never ending in "/").
+    public let basePath: String
+    public let connectTimeoutMs: Int
+    public let timeoutMs: Int
+    public let hostHeader: HostHeader
+    public let maxIdleConnections: Int
+
+    /// The valid upstreams, and every name declared (so routes naming a broken upstream are not reported twice).
+    static func readAll(_ value: ConfigValue?) -> (upstreams: [UpstreamConfig], names: Set<String>) {
+        guard let value, let section = value.mapping() else { return ([], []) }
+        if section.keys.isEmpty { value.invalid("at least one upstream is required") }
+        let upstreams = section.keys.compactMap { name -> UpstreamConfig? in
+            guard let entry = section.optional(name), let upstream = entry.mapping() else { return nil }
+            if name.isEmpty || !name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
+                upstream.log.report(.invalidValue, upstream.path, "upstream names use A-Z a-z 0-9 _ -", line: upstream.line)
+            }
+            return read(upstream, name: name)
+        }
+        return (upstreams, Set(section.keys))
+    }
+
+    private static func read(_ section: ConfigMapping, name: String) -> UpstreamConfig? {
+        defer { section.finish() }
+        let urlValue = section.required("url")
+        let url = urlValue?.string()
+        let connectTimeout = section.int("connect_timeout_ms", default: 2000, in: 1...60_000)
+        let timeout = section.int("timeout_ms", default: 60_000, in: 1...3_600_000)
+        let hostHeader = section.choice("host_header", default: HostHeader.upstream)
+        let maxIdle = section.int("max_idle_connections", default: 64, in: 0...10_000)
+        guard let urlValue, let url else { return nil }
+        let parsed: ServiceURL
+        do {
+            parsed = try ServiceURL.parse(url, schemes: ["http", "https"])
+        } catch {
+            urlValue.invalid(error.message)
+            return nil
+        }
+        guard parsed.userInfo == nil else {
+            urlValue.invalid("must not carry credentials")
+            return nil
+        }
+        let basePath = parsed.path.hasSuffix("/") ? String(parsed.path.dropLast()) : parsed.path
+        return UpstreamConfig(name: name, url: url, scheme: parsed.scheme, host: parsed.host,
+                              port: parsed.port ?? (parsed.scheme == "https" ? 443 : 80), basePath: basePath,
+                              connectTimeoutMs: connectTimeout, timeoutMs: timeout, hostHeader: hostHeader,
+                              maxIdleConnections: maxIdle)
+    }
+}
+
+/// `log:`
+public struct LogConfig: Sendable, Equatable {
+    public enum Level: String, CaseIterable, Sendable, Comparable {
+        case debug, info, warn, error
+
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rank < rhs.rank }
+
+        private var rank: Int {
+            switch self {
+            case .debug: return 0
+            case .info: return 1
+            case .warn: return 2
+            case .error: return 3
+            }
+        }
+    }
+
+    public enum Format: String, CaseIterable, Sendable {
+        case json, text
+    }
+
+    public let level: Level
+    public let format: Format
+
+    public init(level: Level = .info, format: Format = .json) {
+        self.level = level
+        self.format = format
+    }
+
+    static func read(_ section: ConfigMapping) -> LogConfig {
+        defer { section.finish() }
+        return LogConfig(level: section.choice("level", default: .info), format: section.choice("format", default: .json))
+    }
+}

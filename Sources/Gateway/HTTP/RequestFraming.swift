@@ -1,0 +1,56 @@
+/// How a request's body is delimited, judged from its headers before any body byte is read.
+/// Conflicting framing is how request smuggling starts: the gateway and the upstream must never
+/// disagree on where a body ends, so anything but one clear framing is refused.
+enum RequestFraming: Equatable {
+    case noBody
+    case contentLength(Int)
+    case chunked
+
+    struct Violation: Error, Equatable {
+        let status: Int
+        let reason: String
+        let message: String
+    }
+
+    static func judge(_ headers: [HTTPHeader], httpVersion: String) -> Result<RequestFraming, Violation> {
+        let encodings = headers.values(named: "Transfer-Encoding")
+        let lengths = headers.values(named: "Content-Length").map { $0.trimmingSpaces }
+        if !encodings.isEmpty && !lengths.isEmpty {
+            return .failure(ambiguous("both Content-Length and Transfer-Encoding are present"))
+        }
+        if !encodings.isEmpty {
+            guard httpVersion != "HTTP/1.0" else {
+                return .failure(ambiguous("Transfer-Encoding is not defined for HTTP/1.0"))
+            }
+            guard encodings.count == 1, encodings[0].trimmingSpaces.lowercased() == "chunked" else {
+                return .failure(Violation(status: 501, reason: "unsupported_transfer_encoding",
+                                          message: "only Transfer-Encoding: chunked is supported"))
+            }
+            return .success(.chunked)
+        }
+        guard let first = lengths.first else { return .success(.noBody) }
+        guard lengths.allSatisfy({ $0 == first }) else {
+            return .failure(ambiguous("several differing Content-Length headers"))
+        }
+        guard !first.isEmpty, first.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            return .failure(ambiguous("Content-Length is not a decimal number"))
+        }
+        // Digits only, so the sole failure is overflow: a length no limit could admit.
+        return .success(.contentLength(Int(first) ?? Int.max))
+    }
+
+    private static func ambiguous(_ message: String) -> Violation {
+        Violation(status: 400, reason: "ambiguous_framing", message: message)
+    }
+}
+
+extension String {
+    /// Without leading and trailing spaces and tabs (HTTP's optional whitespace).
+    var trimmingSpaces: String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
+            return ""
+        }
+        return String(self[start...end])
+    }
+}

@@ -1,0 +1,60 @@
+/// Percent-decodes a raw request path for routing, refusing every path whose meaning could differ between
+/// the gateway and the upstream (which receives the raw path). A refused path is answered 400 `bad_path`.
+///
+/// Refused: malformed `%` escapes; NUL (raw or `%00`); bytes that are not UTF-8 once decoded; an encoded
+/// slash `%2F` (one segment here, two segments to a server that decodes it); backslashes, raw or `%5C`
+/// (some servers treat them as slashes); dot segments `/./` and `/../`, also when encoded (`%2e%2e`);
+/// empty segments `//` (servers that merge slashes would see another path); and anything not starting with "/".
+/// All checks work on bytes, never on Swift `Character`s, whose grapheme clustering could hide a "/"
+/// behind a combining mark.
+public enum PathDecoding {
+    public static func decode(_ rawPath: String) -> String? {
+        let raw = Array(rawPath.utf8)
+        guard raw.first == UInt8(ascii: "/"), let bytes = percentDecoded(raw), hasOnlyPlainSegments(bytes) else {
+            return nil
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func percentDecoded(_ raw: [UInt8]) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(raw.count)
+        var index = 0
+        while index < raw.count {
+            var byte = raw[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < raw.count, let high = hexValue(raw[index + 1]), let low = hexValue(raw[index + 2]) else {
+                    return nil
+                }
+                byte = high << 4 | low
+                guard byte != UInt8(ascii: "/") else { return nil }
+                index += 2
+            }
+            guard byte != 0, byte != UInt8(ascii: "\\") else { return nil }
+            bytes.append(byte)
+            index += 1
+        }
+        return bytes
+    }
+
+    private static func hasOnlyPlainSegments(_ path: [UInt8]) -> Bool {
+        let segments = path.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        for (position, segment) in segments.enumerated() {
+            let isLast = position == segments.count - 1
+            if segment.isEmpty && !isLast { return false }
+            if segment.elementsEqual([UInt8(ascii: ".")]) || segment.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
+                return false
+            }
+        }
+        return true
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,327 @@
+import Foundation
+import Gateway
+import XCTest
+
+/// The MHD server over real loopback sockets, driven by a raw client so framing is exact.
+final class HTTPServerTests: XCTestCase {
+    private func start(_ handler: TestHandler, limits: ServerLimits = ServerLimits()) throws -> MHDServer {
+        let server = try MHDServer(address: "127.0.0.1:0", limits: limits, handler: handler)
+        addTeardownBlock { server.stop() }
+        return server
+    }
+
+    private func errorReason(_ response: RawHTTPClient.Response) -> String? {
+        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+        return json?["error"]
+    }
+
+    // MARK: - What reaches the handler
+
+    func testPortZeroBindsAFreePort() throws {
+        let server = try start(TestHandler())
+        XCTAssertGreaterThan(server.port, 0)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().text, "ok")
+    }
+
+    func testRawPathAndQueryArriveUndecoded() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        for target in ["/a%2Fb?x=%20", "/plain", "/empty?"] {
+            try client.send("GET \(target) HTTP/1.1\r\nHost: t\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200)
+        }
+        let seen = handler.requests.map { [$0.path, $0.query ?? "<nil>"] }
+        XCTAssertEqual(seen, [["/a%2Fb", "x=%20"], ["/plain", "<nil>"], ["/empty", ""]])
+    }
+
+    func testRequestPartsArriveAndResponsePartsLeave() throws {
+        let handler = TestHandler { request in
+            HTTPResponse(status: 201, headers: [HTTPHeader(name: "X-Reply", value: "yes"),
+                                                HTTPHeader(name: "Content-Length", value: "999")],
+                         body: .bytes(Array("echo:".utf8) + request.body))
+        }
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /p HTTP/1.1\r\nHost: t\r\nX-One: 1\r\nx-one: 2\r\nContent-Length: 5\r\n\r\nhello")
+        let response = try client.readResponse()
+
+        XCTAssertEqual(response.status, 201)
+        XCTAssertEqual(response.header("X-Reply"), "yes")
+        XCTAssertEqual(response.text, "echo:hello")
+        XCTAssertEqual(response.header("Content-Length"), "10", "MHD frames the body; the handler's length is dropped")
+        let request = try XCTUnwrap(handler.requests.first)
+        XCTAssertEqual(request.method, "POST")
+        XCTAssertEqual(request.httpVersion, "HTTP/1.1")
+        XCTAssertEqual(request.clientAddress, "127.0.0.1")
+        XCTAssertEqual(request.body, Array("hello".utf8))
+        XCTAssertEqual(request.headers.values(named: "X-ONE"), ["1", "2"])
+        XCTAssertEqual(request.headers.map(\.name), ["Host", "X-One", "x-one", "Content-Length"])
+    }
+
+    func testChunkedUploadWithinLimitArrivesWhole() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(maxBodyBytes: 16))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 200)
+        XCTAssertEqual(handler.requests.first?.body, Array("hello world".utf8))
+    }
+
+    func testKeepAliveServesTwoRequestsOnOneSocket() throws {
+        let handler = TestHandler { request in HTTPResponse(status: 200, body: .bytes(Array(request.path.utf8))) }
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /one HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().text, "/one")
+        try client.send("POST /two HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi")
+        XCTAssertEqual(try client.readResponse().text, "/two")
+        XCTAssertEqual(handler.requests.map(\.path), ["/one", "/two"])
+    }
+
+    func testFiftyConnectionsAreServedConcurrently() throws {
+        let arrived = Counter()
+        // Each handler waits for all 50 to be inside at once: only a thread per connection gets there.
+        let handler = TestHandler { _ in
+            _ = arrived.next()
+            let together = waitUntil(seconds: 10) { arrived.value >= 50 }
+            return HTTPResponse(status: together ? 200 : 503)
+        }
+        let server = try start(handler)
+        let clients = try (0..<50).map { _ in try RawHTTPClient(port: server.port, timeoutSeconds: 15) }
+        for (index, client) in clients.enumerated() {
+            try client.send("GET /c\(index) HTTP/1.1\r\nHost: t\r\n\r\n")
+        }
+        let statuses = try clients.map { try $0.readResponse().status }
+        XCTAssertEqual(statuses, Array(repeating: 200, count: 50))
+    }
+
+    // MARK: - Refused before the handler
+
+    func testOversizedContentLengthGets413WithoutReadingTheBody() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(maxBodyBytes: 16))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 413)
+        XCTAssertEqual(response.header("Content-Type"), "application/json")
+        XCTAssertEqual(errorReason(response), "body_too_large")
+        XCTAssertTrue(client.peerClosed(), "the unread body cannot be skipped, so the connection ends")
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    func testOversizedUploadAwaitingContinueGets413InsteadOf100() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(maxBodyBytes: 16))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /big HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 413, "the client learns before sending the body")
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    func testOversizedChunkedUploadGets413() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(maxBodyBytes: 16))
+        let client = try RawHTTPClient(port: server.port)
+        let chunk = "a\r\n0123456789\r\n"
+        try client.send("POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\(chunk)\(chunk)\(chunk)0\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 413)
+        XCTAssertEqual(errorReason(response), "body_too_large")
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    func testEndlessChunkedUploadIsCutOff() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(maxBodyBytes: 16))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        let chunk = Array("4000\r\n".utf8) + [UInt8](repeating: 0x61, count: 0x4000) + Array("\r\n".utf8)
+        var sendFailed = false
+        for _ in 0..<64 where !sendFailed {  // 1 MiB, far past the drain allowance
+            do { try client.send(chunk) } catch { sendFailed = true }
+        }
+        XCTAssertTrue(sendFailed || client.peerClosed(), "the server hangs up instead of reading on")
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    func testHandlerLimitTightensTheBodyLimitPerPath() throws {
+        let handler = TestHandler(bodyLimits: ["/small": 4])
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /large HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+        XCTAssertEqual(try client.readResponse().status, 200)
+        try client.send("POST /small HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+        XCTAssertEqual(try client.readResponse().status, 413)
+        XCTAssertEqual(handler.requests.map(\.path), ["/large"])
+    }
+
+    func testAmbiguousFramingNeverReachesTheHandler() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let cases: [(head: String, status: Int, reason: String?)] = [
+            ("Content-Length: 5\r\nTransfer-Encoding: chunked", 400, "ambiguous_framing"),
+            ("Content-Length: 5\r\nContent-Length: 6", 400, "ambiguous_framing"),
+            ("Transfer-Encoding: gzip, chunked", 501, "unsupported_transfer_encoding"),
+            ("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", 501, "unsupported_transfer_encoding"),
+            // MHD itself refuses these with its own (HTML) 400 before any callback sees headers.
+            ("Content-Length: 5, 6", 400, nil),
+            ("Content-Length: +5", 400, nil),
+        ]
+        for (head, status, reason) in cases {
+            let client = try RawHTTPClient(port: server.port)
+            try client.send("POST /f HTTP/1.1\r\nHost: t\r\n\(head)\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, status, head)
+            if let reason { XCTAssertEqual(errorReason(response), reason, head) }
+        }
+        XCTAssertTrue(handler.requests.isEmpty)
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 0 }, "every request's state is released")
+    }
+
+    func testRepeatedIdenticalContentLengthIsAccepted() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /f HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello")
+        XCTAssertEqual(try client.readResponse().status, 200)
+        XCTAssertEqual(handler.requests.first?.body, Array("hello".utf8))
+    }
+
+    func testAbsoluteFormFragmentAndNonASCIITargetsAreRefused() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        for target in ["http://elsewhere/x", "/a#frag", "/caf\u{E9}"] {
+            let client = try RawHTTPClient(port: server.port)
+            try client.send("GET \(target) HTTP/1.1\r\nHost: t\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, target)
+            XCTAssertEqual(errorReason(response), "bad_request_target", target)
+        }
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    // MARK: - Responses
+
+    func testStreamingBodyArrivesChunkByChunk() throws {
+        let release = DispatchSemaphore(value: 0)
+        let step = Counter()
+        let stream = ClosureStream {
+            switch step.next() {
+            case 1: return Array("first".utf8)
+            case 2:
+                _ = release.wait(timeout: .now() + 5)
+                return Array("second".utf8)
+            default: return nil
+            }
+        }
+        let server = try start(TestHandler { _ in HTTPResponse(status: 200, body: .stream(stream)) })
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /s HTTP/1.1\r\nHost: t\r\n\r\n")
+
+        let head = try client.readHead()
+        XCTAssertEqual(head.status, 200)
+        XCTAssertEqual(head.headers.first { $0.name.lowercased() == "transfer-encoding" }?.value, "chunked")
+        XCTAssertEqual(try client.readChunk(), Array("first".utf8), "sent while the second is still held back")
+        release.signal()
+        XCTAssertEqual(try client.readChunk(), Array("second".utf8))
+        XCTAssertNil(try client.readChunk())
+        XCTAssertEqual(stream.closed.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(stream.closeCount, 1)
+    }
+
+    func testStreamClosedOnceWhenClientDisconnectsMidStream() throws {
+        let sent = Counter()
+        let stream = ClosureStream {
+            guard sent.next() < 5000 else { return nil }  // bounded: ~10 s at most
+            usleep(2000)
+            return [UInt8](repeating: 0x61, count: 1024)
+        }
+        let server = try start(TestHandler { _ in HTTPResponse(status: 200, body: .stream(stream)) })
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /endless HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readHead().status, 200)
+        XCTAssertNotNil(try client.readChunk())
+        client.disconnect()
+
+        XCTAssertEqual(stream.closed.wait(timeout: .now() + 5), .success)
+        XCTAssertLessThan(sent.value, 5000, "the stream stopped because the client left, not because it ended")
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 0 })
+        XCTAssertEqual(stream.closeCount, 1)
+    }
+
+    func testStreamFailureAbortsInsteadOfEndingCleanly() throws {
+        struct UpstreamBroke: Error {}
+        let step = Counter()
+        let stream = ClosureStream {
+            guard step.next() == 1 else { throw UpstreamBroke() }
+            return Array("partial".utf8)
+        }
+        let server = try start(TestHandler { _ in HTTPResponse(status: 200, body: .stream(stream)) })
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /broken HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readHead().status, 200)
+        XCTAssertEqual(try client.readChunk(), Array("partial".utf8))
+        XCTAssertThrowsError(try client.readChunk(), "no terminating chunk: the client must see a truncated body")
+        XCTAssertEqual(stream.closed.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(stream.closeCount, 1)
+    }
+
+    func testInvalidResponseHeaderBecomesJSON500() throws {
+        let handler = TestHandler { _ in
+            HTTPResponse(status: 200, headers: [HTTPHeader(name: "X-Bad", value: "a\r\nInjected: yes")])
+        }
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /h HTTP/1.1\r\nHost: t\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 500)
+        XCTAssertEqual(errorReason(response), "invalid_response_header")
+        XCTAssertNil(response.header("Injected"))
+    }
+
+    // MARK: - Lifecycle
+
+    func testQuiesceRefusesNewConnectionsAndFinishesInFlightOnes() throws {
+        let release = DispatchSemaphore(value: 0)
+        let handler = TestHandler { _ in
+            _ = release.wait(timeout: .now() + 5)
+            return HTTPResponse(status: 200)
+        }
+        let server = try start(handler)
+        let busy = try RawHTTPClient(port: server.port)
+        try busy.send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 1 })
+        XCTAssertEqual(server.activeConnections, 1)
+
+        server.quiesce()
+        XCTAssertThrowsError(try RawHTTPClient(port: server.port), "new connections are refused")
+        release.signal()
+        XCTAssertEqual(try busy.readResponse().status, 200)
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 0 })
+    }
+
+    func testAddressInUseAndBadAddressesAreTypedErrors() throws {
+        let first = try start(TestHandler())
+        XCTAssertThrowsError(try MHDServer(address: "127.0.0.1:\(first.port)", limits: ServerLimits(),
+                                           handler: TestHandler())) { error in
+            XCTAssertEqual((error as? HTTPServerError)?.reasonCode, "start_failed")
+        }
+        XCTAssertThrowsError(try MHDServer(address: "localhost:80", limits: ServerLimits(), handler: TestHandler())) {
+            XCTAssertEqual(($0 as? HTTPServerError)?.reasonCode, "invalid_address")
+        }
+    }
+
+    func testListenAddressForms() throws {
+        XCTAssertEqual(try ListenAddress("127.0.0.1:8080").description, "127.0.0.1:8080")
+        XCTAssertEqual(try ListenAddress("[::1]:8080").family, .ipv6)
+        XCTAssertEqual(try ListenAddress(":8080").host, "0.0.0.0")
+        for bad in ["127.0.0.1", "::1:8080", "[::1]8080", "127.0.0.1:65536", "127.0.0.1:-1", "example.com:80",
+                    "127.0.0.1:", "[127.0.0.1]:80"] {
+            XCTAssertThrowsError(try ListenAddress(bad), bad)
+        }
+    }
+}

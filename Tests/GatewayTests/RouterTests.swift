@@ -1,0 +1,54 @@
+import Gateway
+import XCTest
+
+final class RouterTests: XCTestCase {
+    private let api = RouteConfig(match: .prefix("/v1/ai/"), methods: ["POST"], upstream: "api", policy: .assert, index: 0)
+    private let v1 = RouteConfig(match: .prefix("/v1/"), upstream: "api", policy: .pass, index: 1)
+    private let exact = RouteConfig(match: .exact("/v1/ai/health"), methods: ["GET"], upstream: "api", policy: .pass, index: 2)
+    private let root = RouteConfig(match: .prefix("/"), upstream: "api", policy: .pass, index: 3)
+
+    func testLongestPrefixWinsWhateverTheOrder() {
+        for routes in [[api, v1, root], [root, v1, api]] {
+            let router = Router(routes: routes)
+            XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/chat"), .route(api))
+            XCTAssertEqual(router.match(method: "GET", path: "/v1/other"), .route(v1))
+            XCTAssertEqual(router.match(method: "GET", path: "/v1"), .route(root), "a prefix matches only its full bytes")
+            XCTAssertEqual(router.match(method: "DELETE", path: "/elsewhere"), .route(root))
+        }
+    }
+
+    func testExactPathBeatsAnyPrefix() {
+        let router = Router(routes: [api, exact, root])
+        XCTAssertEqual(router.match(method: "GET", path: "/v1/ai/health"), .route(exact))
+        XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/health/more"), .route(api), "exact means exact")
+    }
+
+    func testWrongMethodIsRefusedAndNeverFallsThroughToAShorterPrefix() {
+        let router = Router(routes: [api, v1, exact, root])
+        XCTAssertEqual(router.match(method: "GET", path: "/v1/ai/chat"), .methodNotAllowed(api, allowed: ["POST"]))
+        XCTAssertEqual(router.match(method: "post", path: "/v1/ai/chat"), .methodNotAllowed(api, allowed: ["POST"]),
+                       "methods are case-sensitive")
+        XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/health"), .methodNotAllowed(exact, allowed: ["GET"]))
+    }
+
+    func testNothingMatchesWithoutACatchAll() {
+        let router = Router(routes: [api, exact])
+        XCTAssertEqual(router.match(method: "POST", path: "/v2/ai/chat"), .notFound)
+        XCTAssertEqual(router.match(method: "POST", path: "/"), .notFound)
+        XCTAssertEqual(Router(routes: []).match(method: "GET", path: "/"), .notFound)
+    }
+
+    func testPathsCompareAsBytesNotAsCanonicallyEquivalentText() {
+        let composed = RouteConfig(match: .exact("/caf\u{E9}"), upstream: "api", policy: .deny, index: 0)
+        let router = Router(routes: [composed, api, root])
+        XCTAssertEqual(router.match(method: "GET", path: "/caf\u{E9}"), .route(composed))
+        XCTAssertEqual(router.match(method: "GET", path: "/cafe\u{301}"), .route(root), "different bytes, different route")
+        // A combining mark after the prefix's final "/" fuses with it into one Character; bytes still match.
+        XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/\u{301}x"), .route(api))
+    }
+
+    func testFirstOfDuplicateRoutesWins() {
+        let twin = RouteConfig(match: .prefix("/v1/ai/"), upstream: "other", policy: .pass, index: 9)
+        XCTAssertEqual(Router(routes: [api, twin]).match(method: "POST", path: "/v1/ai/x"), .route(api))
+    }
+}
