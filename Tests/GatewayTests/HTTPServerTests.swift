@@ -1,4 +1,5 @@
 import Foundation
+import Upstream
 import Gateway
 import XCTest
 
@@ -39,8 +40,8 @@ final class HTTPServerTests: XCTestCase {
 
     func testRequestPartsArriveAndResponsePartsLeave() throws {
         let handler = TestHandler { request in
-            HTTPResponse(status: 201, headers: [HTTPHeader(name: "X-Reply", value: "yes"),
-                                                HTTPHeader(name: "Content-Length", value: "999")],
+            HTTPResponse(status: 201, headers: [HTTPField("X-Reply", "yes"),
+                                                HTTPField("Content-Length", "999")],
                          body: .bytes(Array("echo:".utf8) + request.body))
         }
         let server = try start(handler)
@@ -272,7 +273,7 @@ final class HTTPServerTests: XCTestCase {
 
     func testInvalidResponseHeaderBecomesJSON500() throws {
         let handler = TestHandler { _ in
-            HTTPResponse(status: 200, headers: [HTTPHeader(name: "X-Bad", value: "a\r\nInjected: yes")])
+            HTTPResponse(status: 200, headers: [HTTPField("X-Bad", "a\r\nInjected: yes")])
         }
         let server = try start(handler)
         let client = try RawHTTPClient(port: server.port)

@@ -4,6 +4,9 @@ import Foundation
 public enum GatewayCommand {
     static let usage = """
     usage: gateway <command> [options]
+      serve --config gateway.yaml      run the proxy (SIGHUP reloads, SIGTERM drains and stops)
+      check-config gateway.yaml        validate a configuration file without starting
+      keys show|revoke KEY_ID --config gateway.yaml   inspect or revoke a registered key
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
       bench verify [--seconds N]       assertions verified per second on one thread
       help                             this text
@@ -16,6 +19,9 @@ public enum GatewayCommand {
         }
         let rest = Array(arguments.dropFirst())
         switch command {
+        case "serve": return ServeCommand.run(rest)
+        case "check-config": return CheckConfigCommand.run(rest)
+        case "keys": return KeysCommand.run(rest)
         case "verify": return VerifyCommand.run(rest)
         case "bench": return BenchCommand.run(rest)
         case "help", "--help", "-h":

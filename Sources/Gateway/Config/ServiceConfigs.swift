@@ -135,7 +135,7 @@ public struct LogConfig: Sendable, Equatable {
 
         public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rank < rhs.rank }
 
-        private var rank: Int {
+        var rank: Int {
             switch self {
             case .debug: return 0
             case .info: return 1

@@ -1,17 +1,9 @@
 import Foundation
+import Upstream
 
-/// One header line, name spelled as the client sent it.
-public struct HTTPHeader: Sendable, Equatable {
-    public let name: String
-    public let value: String
-
-    public init(name: String, value: String) {
-        self.name = name
-        self.value = value
-    }
-}
-
-extension HTTPHeader {
+/// Header lines in both directions are Upstream's `HTTPField` (name as spelled on the wire, value),
+/// so the proxy passes them between the server and curl without conversion.
+extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
     var isSafeToSend: Bool {
         let tokenSymbols = Set("!#$%&'*+-.^_`|~".utf8)
@@ -22,12 +14,7 @@ extension HTTPHeader {
     }
 }
 
-extension Array where Element == HTTPHeader {
-    /// Values of every header called `name` (case-insensitive), in the order received.
-    public func values(named name: String) -> [String] {
-        filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
-    }
-
+extension Array where Element == HTTPField {
     /// The first value of header `name`, if any.
     public func first(named name: String) -> String? {
         first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
@@ -42,14 +29,14 @@ public struct HTTPRequest: Sendable {
     /// Everything after the first "?", still percent-encoded; nil when the target has no "?".
     public let query: String?
     /// In the order received. Bytes that are not UTF-8 (obsolete header text) arrive as U+FFFD.
-    public let headers: [HTTPHeader]
+    public let headers: [HTTPField]
     public let body: [UInt8]
     /// The peer's IP address as text ("127.0.0.1", "::1").
     public let clientAddress: String
     /// "HTTP/1.1" or "HTTP/1.0".
     public let httpVersion: String
 
-    public init(method: String, path: String, query: String?, headers: [HTTPHeader], body: [UInt8],
+    public init(method: String, path: String, query: String?, headers: [HTTPField], body: [UInt8],
                 clientAddress: String, httpVersion: String) {
         self.method = method
         self.path = path
@@ -80,10 +67,10 @@ public enum HTTPResponseBody {
 public struct HTTPResponse {
     public var status: Int
     /// Content-Length, Transfer-Encoding and Connection are left out: the server owns message framing.
-    public var headers: [HTTPHeader]
+    public var headers: [HTTPField]
     public var body: HTTPResponseBody
 
-    public init(status: Int, headers: [HTTPHeader] = [], body: HTTPResponseBody = .bytes([])) {
+    public init(status: Int, headers: [HTTPField] = [], body: HTTPResponseBody = .bytes([])) {
         self.status = status
         self.headers = headers
         self.body = body
@@ -92,7 +79,7 @@ public struct HTTPResponse {
     /// The gateway's error shape: `{"error":"<reason_code>","message":"…"}` as application/json.
     public static func error(status: Int, reason: String, message: String) -> HTTPResponse {
         let body = (try? errorEncoder.encode(ErrorBody(error: reason, message: message))) ?? Data()
-        return HTTPResponse(status: status, headers: [HTTPHeader(name: "Content-Type", value: "application/json")],
+        return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "application/json")],
                             body: .bytes(Array(body)))
     }
 

@@ -1,3 +1,4 @@
+import Upstream
 import CMicroHTTPD
 import Glibc
 import Synchronization
@@ -98,7 +99,7 @@ private final class RequestState {
 private struct RequestHead {
     let path: String
     let query: String?
-    let headers: [HTTPHeader]
+    let headers: [HTTPField]
     let clientAddress: String
 }
 
@@ -149,12 +150,12 @@ private func collectHeader(cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, k
                            value: UnsafePointer<CChar>?) -> MHD_Result {
     guard let cls, let key else { return .YES }
     let collector = Unmanaged<HeaderCollector>.fromOpaque(cls).takeUnretainedValue()
-    collector.headers.append(HTTPHeader(name: String(cString: key), value: value.map { String(cString: $0) } ?? ""))
+    collector.headers.append(HTTPField(String(cString: key), value.map { String(cString: $0) } ?? ""))
     return .YES
 }
 
 private final class HeaderCollector {
-    var headers: [HTTPHeader] = []
+    var headers: [HTTPField] = []
 }
 
 private func readStream(cls: UnsafeMutableRawPointer?, position: UInt64, buffer: UnsafeMutablePointer<CChar>?,
@@ -258,7 +259,7 @@ private struct Exchange {
         return (String(target[..<mark]), String(target[target.index(after: mark)...]))
     }
 
-    private func connectionHeaders() -> [HTTPHeader] {
+    private func connectionHeaders() -> [HTTPField] {
         let collector = HeaderCollector()
         withExtendedLifetime(collector) {
             _ = MHD_get_connection_values(connection, .HEADER_KIND, collectHeader,

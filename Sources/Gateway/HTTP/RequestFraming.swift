@@ -1,3 +1,4 @@
+import Upstream
 /// How a request's body is delimited, judged from its headers before any body byte is read.
 /// Conflicting framing is how request smuggling starts: the gateway and the upstream must never
 /// disagree on where a body ends, so anything but one clear framing is refused.
@@ -12,7 +13,7 @@ enum RequestFraming: Equatable {
         let message: String
     }
 
-    static func judge(_ headers: [HTTPHeader], httpVersion: String) -> Result<RequestFraming, Violation> {
+    static func judge(_ headers: [HTTPField], httpVersion: String) -> Result<RequestFraming, Violation> {
         let encodings = headers.values(named: "Transfer-Encoding")
         let lengths = headers.values(named: "Content-Length").map { $0.trimmingSpaces }
         if !encodings.isEmpty && !lengths.isEmpty {

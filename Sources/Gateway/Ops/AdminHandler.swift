@@ -1,4 +1,5 @@
 import Foundation
+import Upstream
 
 /// The admin listener: /healthz (process up), /readyz (Redis reachable), /metrics (Prometheus text).
 /// Kept off the public port so probes and scrapes never compete with, or leak to, API clients.

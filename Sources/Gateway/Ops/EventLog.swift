@@ -4,18 +4,7 @@ import Synchronization
 /// One JSON object per line on stdout: every request, and startup/config/connectivity events.
 /// Lines are written whole with one write(2) so concurrent threads never interleave.
 public final class EventLog: Sendable {
-    public enum Level: String, Sendable, Comparable {
-        case debug, info, warn, error
-        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rank < rhs.rank }
-        var rank: Int {
-            switch self {
-            case .debug: return 0
-            case .info: return 1
-            case .warn: return 2
-            case .error: return 3
-            }
-        }
-    }
+    public typealias Level = LogConfig.Level
 
     private let minimum: Atomic<Int>
     private let descriptor: Int32

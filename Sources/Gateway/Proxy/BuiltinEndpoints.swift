@@ -1,5 +1,6 @@
 import AssertionCheck
 import Foundation
+import Upstream
 
 /// The gateway's own endpoints: one-time challenges and key registration.
 ///   GET  {prefix}/attest/challenge            → text/plain challenge for attestKey
@@ -28,7 +29,7 @@ struct BuiltinEndpoints {
         guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
         switch endpoint {
         case .attestChallenge:
-            return challengeResponse(try storeCall { try runtime.store.issueAttestChallenge(ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
+            return challengeResponse(try storeCall { () throws(StoreError) in try runtime.store.issueAttestChallenge(ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
         case .assertChallenge:
             return challengeResponse(try assertChallenge(request))
         case .attestVerify:
@@ -45,7 +46,7 @@ struct BuiltinEndpoints {
         guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
             throw .badRequest("key_id is not base64 of a 32-byte key id")
         }
-        return try storeCall { try runtime.store.issueAssertChallenge(keyId: keyId, ttlSeconds: ttl) }
+        return try storeCall { () throws(StoreError) in try runtime.store.issueAssertChallenge(keyId: keyId, ttlSeconds: ttl) }
     }
 
     private func challengeResponse(_ challenge: String) -> HTTPResponse {
@@ -58,7 +59,7 @@ struct BuiltinEndpoints {
         let registration = try RegistrationRequest(request.body)
         record.keyId = Base64.encode(registration.keyId)
         guard let challenge = String(validating: registration.challenge, as: UTF8.self),
-              try storeCall({ try runtime.store.consumeAttestChallenge(challenge) }) else {
+              try storeCall({ () throws(StoreError) in try runtime.store.consumeAttestChallenge(challenge) }) else {
             throw .challengeUnknown
         }
         let start = DispatchTime.now().uptimeNanoseconds
@@ -73,7 +74,7 @@ struct BuiltinEndpoints {
         record.verifyMs = RequestRecord.milliseconds(since: start)
         let stored = KeyRecord(keyId: key.keyId, environment: key.environment, appID: key.appID.description,
                                publicKeySPKI: key.publicKey.spki, counter: 0, receipt: key.receipt, createdAt: key.verifiedAt)
-        guard try storeCall({ try runtime.store.register(stored) }) == .created else {
+        guard try storeCall({ () throws(StoreError) in try runtime.store.register(stored) }) == .created else {
             metrics.increment("gateway_attestations_total", ["result": "rejected", "reason": "key_already_registered"], help: "Attestations by result.")
             throw .keyAlreadyRegistered
         }

@@ -32,7 +32,7 @@ struct Forwarder {
         record.upstreamStatus = response.status
         let headers = ForwardingRules.responseHeaders(response.headers) + [HTTPField("X-Request-Id", record.requestId)]
         let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
-        if noBody || (response.contentLength.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
+        if noBody || (response.headers.values(named: "Content-Length").first.flatMap { Int($0) }.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
             let body: [UInt8]
             do {
                 body = noBody ? [] : try response.readAll(limit: Forwarder.bufferedBodyLimit)

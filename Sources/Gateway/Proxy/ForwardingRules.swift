@@ -1,4 +1,5 @@
 import Foundation
+import Upstream
 
 /// Which headers cross the gateway, in each direction.
 enum ForwardingRules {
@@ -16,7 +17,7 @@ enum ForwardingRules {
     ]
 
     /// The client's headers as the upstream should see them, before the gateway adds its own.
-    static func requestHeaders(_ headers: [(name: String, value: String)]) -> [(name: String, value: String)] {
+    static func requestHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
             let name = header.name.lowercased()
@@ -27,7 +28,7 @@ enum ForwardingRules {
     }
 
     /// The upstream's response headers as the client should see them (framing is redone by the server).
-    static func responseHeaders(_ headers: [(name: String, value: String)]) -> [(name: String, value: String)] {
+    static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
             let name = header.name.lowercased()
@@ -36,14 +37,14 @@ enum ForwardingRules {
     }
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
-    static func values(_ name: String, in headers: [(name: String, value: String)]) -> [String] {
+    static func values(_ name: String, in headers: [HTTPField]) -> [String] {
         headers.filter { $0.name.lowercased() == name }
             .flatMap { $0.value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
             .filter { !$0.isEmpty }
     }
 
     /// Headers named in `Connection` are hop-by-hop too.
-    private static func connectionNamed(_ headers: [(name: String, value: String)]) -> Set<String> {
+    private static func connectionNamed(_ headers: [HTTPField]) -> Set<String> {
         Set(values("connection", in: headers).map { $0.lowercased() })
     }
 }

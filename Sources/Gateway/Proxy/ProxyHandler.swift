@@ -121,3 +121,13 @@ enum RequestID {
             || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
     }
 }
+
+extension RouteConfig {
+    /// How logs and metrics name the route: its path prefix, or "=path" for an exact route.
+    var name: String {
+        switch match {
+        case .exact(let path): return "=" + path
+        case .prefix(let path): return path
+        }
+    }
+}

@@ -59,7 +59,7 @@ final class Server: @unchecked Sendable {
         adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
                                     handler: AdminHandler(proxy: handler))
         if !handler.runtime.store.ping() {
-            log.event(.warn, "store_unreachable", ["redis": config.redis.redactedURL,
+            log.event(.warn, "store_unreachable", ["redis": (try? RedisEndpoint.parse(url: config.redis.url))?.redacted ?? "?",
                                                    "message": "Redis does not answer: assert routes will fail with 503 until it does"])
         }
         log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",

@@ -1,0 +1,78 @@
+import AssertionCheck
+import Foundation
+
+/// `gateway check-config FILE`: validates without starting; every problem on its own line.
+enum CheckConfigCommand {
+    static func run(_ arguments: [String]) -> Int32 {
+        guard arguments.count == 1, let path = arguments.first else {
+            FileHandle.standardError.write(Data("usage: gateway check-config gateway.yaml\n".utf8))
+            return 2
+        }
+        do {
+            let config = try GatewayConfig.load(path: path)
+            print("\(path): ok (\(config.routes.count) routes, \(config.upstreams.count) upstreams, apps \(config.appAttest.apps.map(\.description).joined(separator: ", ")))")
+            if !config.appAttest.trustAnchor.isApple {
+                print("warning: app_attest.trust_anchor is not Apple's root: simulated devices would be accepted")
+            }
+            return 0
+        } catch {
+            for issue in error.issues { print("\(path): \(issue)") }
+            return 1
+        }
+    }
+}
+
+/// `gateway keys show|revoke KEY_ID --config FILE [--reason TEXT]`: the stored key records.
+enum KeysCommand {
+    static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT]"
+
+    static func run(_ arguments: [String]) -> Int32 {
+        do {
+            var options = try Arguments(arguments)
+            guard options.positionals.count == 2, let action = options.positionals.first, ["show", "revoke"].contains(action) else {
+                throw UsageError("expected show or revoke and a key id")
+            }
+            guard let keyId = Base64.decode(options.positionals[1]), keyId.count == 32 else {
+                throw UsageError("the key id must be base64 of 32 bytes")
+            }
+            let path = try options.required("config")
+            let reason = try options.optional("reason") ?? "revoked by operator"
+            try options.rejectUnknown()
+            let config: GatewayConfig
+            do { config = try GatewayConfig.load(path: path) } catch { throw UsageError("\(path): \(error)") }
+            let store = try GatewayRuntime.makeStore(config.redis)
+            return action == "show" ? try show(keyId, store: store) : try revoke(keyId, reason: reason, store: store)
+        } catch let error as UsageError {
+            FileHandle.standardError.write(Data("gateway keys: \(error)\n\(usage)\n".utf8))
+            return 2
+        } catch {
+            print(JSONOutput.line(["error": (error as? StoreError)?.reasonCode ?? "store_error", "message": "\(error)"]))
+            return 1
+        }
+    }
+
+    private static func show(_ keyId: [UInt8], store: AttestStore) throws -> Int32 {
+        guard let record = try store.loadKey(keyId: keyId) else {
+            print(JSONOutput.line(["error": "key_unknown", "message": "no record for this key id"]))
+            return 1
+        }
+        var object: [String: Any] = [
+            "key_id": Base64.encode(record.keyId), "environment": record.environment.rawValue, "app_id": record.appID,
+            "counter": record.counter, "public_key": Base64.encode(record.publicKeySPKI), "receipt_bytes": record.receipt.count,
+            "created_at": ISO8601DateFormatter().string(from: record.createdAt), "revoked": record.revoked,
+        ]
+        if let reason = record.revokedReason { object["revoked_reason"] = reason }
+        if let used = record.lastUsedAt { object["last_used_at"] = ISO8601DateFormatter().string(from: used) }
+        print(JSONOutput.line(object))
+        return 0
+    }
+
+    private static func revoke(_ keyId: [UInt8], reason: String, store: AttestStore) throws -> Int32 {
+        guard try store.revoke(keyId: keyId, reason: reason) else {
+            print(JSONOutput.line(["error": "key_unknown", "message": "no record for this key id"]))
+            return 1
+        }
+        print(JSONOutput.line(["key_id": Base64.encode(keyId), "revoked": true, "reason": reason]))
+        return 0
+    }
+}
