@@ -17,10 +17,15 @@ public enum Base64 {
     /// Decodes either alphabet, with or without `=` padding. Returns nil on any other character,
     /// misplaced padding, an impossible length, or non-zero trailing bits.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        decode(utf8: Array(text.utf8))
+        text.utf8.withContiguousStorageIfAvailable { decode(contiguous: $0) } ?? decode(utf8: Array(text.utf8))
     }
 
     public static func decode(utf8 input: [UInt8]) -> [UInt8]? {
+        input.withContiguousStorageIfAvailable { decode(contiguous: $0) } ?? nil
+    }
+
+    /// Generic so the String path can decode in place, without copying the header into an array first.
+    private static func decode<Input: RandomAccessCollection>(contiguous input: Input) -> [UInt8]? where Input.Element == UInt8, Input.Index == Int {
         var length = input.count
         var padding = 0
         while length > 0, input[length - 1] == UInt8(ascii: "="), padding < 2 {
@@ -33,8 +38,9 @@ public enum Base64 {
         output.reserveCapacity(length * 3 / 4)
         var accumulator: UInt32 = 0
         var bits = 0
+        let table = decodeTable
         for index in 0..<length {
-            let value = decodeTable[Int(input[index])]
+            let value = table[Int(input[index])]
             if value == invalid { return nil }
             accumulator = (accumulator << 6) | UInt32(value)
             bits += 6

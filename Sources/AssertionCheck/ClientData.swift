@@ -1,5 +1,3 @@
-import Foundation
-
 /// The client data an app signs for one HTTP request: a JSON object with string fields
 /// `challenge`, `method`, `path`, `bodySHA256` (base64 SHA-256 of the exact body) and `query` when the
 /// request has a query string. The gateway hashes the bytes it received and only parses them.
@@ -16,11 +14,11 @@ public struct ClientData: Sendable, Equatable {
         guard !bytes.isEmpty, bytes.count <= maxBytes else {
             throw VerificationError(.clientDataInvalid, "client data is \(bytes.count) bytes, expected 1...\(maxBytes)")
         }
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else {
-            throw VerificationError(.clientDataInvalid, "client data is not a JSON object")
+        guard let object = JSONFields(bytes) else {
+            throw VerificationError(.clientDataInvalid, "client data is not a JSON object (or repeats a member)")
         }
         func field(_ name: String) throws(VerificationError) -> String {
-            guard let value = object[name] as? String else {
+            guard case .string(let value)? = object[name] else {
                 throw VerificationError(.clientDataInvalid, "client data field \"\(name)\" is missing or not a string")
             }
             return value
@@ -33,9 +31,9 @@ public struct ClientData: Sendable, Equatable {
         }
         let query: String?
         switch object["query"] {
-        case nil, is NSNull: query = nil
-        case let text as String: query = text
-        default: throw VerificationError(.clientDataInvalid, "client data field \"query\" is not a string")
+        case nil, .null?: query = nil
+        case .string(let text)?: query = text
+        case .other?: throw VerificationError(.clientDataInvalid, "client data field \"query\" is not a string")
         }
         return ClientData(challenge: challenge, method: try field("method"), path: try field("path"),
                           bodySHA256: bodySHA256, query: query)

@@ -4,16 +4,12 @@ import Foundation
 // The only file of AssertionCheck that touches OpenSSL: every pointer is owned by one of these types and
 // freed in its deinit; the rest of the module sees [UInt8], Bool and Swift errors.
 
-/// SHA-256 (OpenSSL's one-shot and streaming digest).
+/// SHA-256 through OpenSSL's low-level SHA256_Init/Update/Final: in OpenSSL 3 the one-shot SHA256()
+/// and EVP_Digest fetch the algorithm from the provider on every call, which costs more than hashing
+/// a short message.
 public enum SHA256 {
     public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: 32)
-        bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                _ = COpenSSL.SHA256(input.baseAddress, input.count, output.baseAddress)
-            }
-        }
-        return digest
+        hash(bytes, [])
     }
 
     /// SHA256(first || second) without building the concatenation (the App Attest nonce).
@@ -22,7 +18,7 @@ public enum SHA256 {
         var digest = [UInt8](repeating: 0, count: 32)
         SHA256_Init(&context)
         first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
-        second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+        if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
         digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
         return digest
     }
@@ -32,6 +28,9 @@ public enum SHA256 {
 /// on many threads at once; parse it once and cache it.
 public final class P256PublicKey: @unchecked Sendable {
     private let key: OpaquePointer
+    /// The same key as a legacy EC_KEY: ECDSA_verify on it skips OpenSSL 3's per-call provider fetch
+    /// (EVP_PKEY_CTX_new + verify_init), which costs as much as a third of the verify itself.
+    private let ecKey: OpaquePointer
     /// The uncompressed point (0x04 || X || Y), 65 bytes.
     public let point: [UInt8]
 
@@ -63,21 +62,30 @@ public final class P256PublicKey: @unchecked Sendable {
             EVP_PKEY_free(parsed)
             throw VerificationError(.badPublicKey, "public key is not an EC P-256 key")
         }
+        guard let ecKey = EVP_PKEY_get1_EC_KEY(parsed) else {
+            EVP_PKEY_free(parsed)
+            throw VerificationError(.badPublicKey, "public key is not an EC key")
+        }
         self.key = parsed
+        self.ecKey = ecKey
         self.point = point
     }
 
     /// Takes ownership of a key OpenSSL handed out (the credCert's public key).
     fileprivate init(owning key: OpaquePointer) throws(VerificationError) {
-        guard let point = P256PublicKey.uncompressedPoint(key) else {
+        guard let point = P256PublicKey.uncompressedPoint(key), let ecKey = EVP_PKEY_get1_EC_KEY(key) else {
             EVP_PKEY_free(key)
             throw VerificationError(.badCertificate, "credCert public key is not an EC P-256 key")
         }
         self.key = key
+        self.ecKey = ecKey
         self.point = point
     }
 
-    deinit { EVP_PKEY_free(key) }
+    deinit {
+        EC_KEY_free(ecKey)
+        EVP_PKEY_free(key)
+    }
 
     /// The DER SubjectPublicKeyInfo (what the gateway stores and the CLI prints).
     public var spki: [UInt8] { P256PublicKey.spkiPrefix + point }
@@ -85,12 +93,9 @@ public final class P256PublicKey: @unchecked Sendable {
     /// Verifies a DER ECDSA signature over `message` (ECDSA-SHA256: the message is hashed once more).
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         let digest = SHA256.hash(message)
-        guard let context = EVP_PKEY_CTX_new(key, nil) else { return false }
-        defer { EVP_PKEY_CTX_free(context) }
-        guard EVP_PKEY_verify_init(context) == 1 else { return false }
         let result = signature.withUnsafeBufferPointer { sig in
             digest.withUnsafeBufferPointer { md in
-                EVP_PKEY_verify(context, sig.baseAddress, sig.count, md.baseAddress, md.count)
+                ECDSA_verify(0, md.baseAddress, Int32(md.count), sig.baseAddress, Int32(sig.count), ecKey)
             }
         }
         if result != 1 { ERR_clear_error() }
