@@ -84,10 +84,9 @@ public final class RedisTestServer {
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
         try server.run()
-        let endpoint = RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password)
         let deadline = Date().addingTimeInterval(5)
         while server.isRunning, Date() < deadline {
-            if (try? RedisConnection(endpoint: endpoint, timeoutMs: 200).command("PING")) == .status("PONG") {
+            if ping(port: port, password: password) {
                 process = server
                 return true
             }
@@ -104,4 +103,18 @@ public final class RedisTestServer {
 
 public enum RedisTestServerError: Error {
     case cannotStart(String)
+
+}
+
+/// redis-cli PING: the server is up once it answers PONG.
+private func ping(port: Int, password: String?) -> Bool {
+    let cli = Process()
+    cli.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    cli.arguments = ["redis-cli", "-h", "127.0.0.1", "-p", String(port), "--no-auth-warning"] + (password.map { ["-a", $0] } ?? []) + ["PING"]
+    let output = Pipe()
+    cli.standardOutput = output
+    cli.standardError = FileHandle.nullDevice
+    guard (try? cli.run()) != nil else { return false }
+    cli.waitUntilExit()
+    return String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).hasPrefix("PONG")
 }

@@ -1,0 +1,178 @@
+import AssertionCheck
+import DeviceSimulator
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// Redis, the example upstream and the real gateway binary, wired by a config the test writes.
+final class GatewayEnvironment: @unchecked Sendable {
+    static let app = AppID(teamID: "TEAMID1234", bundleID: "com.example.app")
+
+    let directory = TestPaths.temporaryDirectory("e2e")
+    let redis: RedisTestServer
+    let upstream: ExampleUpstream
+    let ca: TestCA
+    let gateway: GatewayProcess
+    let client: UpstreamClient
+    private(set) var routes: String
+    let challengeTTL: Int
+
+    /// `routes` is the YAML list under `routes:`; `extra` is appended at the top level.
+    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300) throws {
+        redis = try RedisTestServer()
+        upstream = try ExampleUpstream()
+        ca = try TestCA()
+        try ca.save(to: directory + "/ca")
+        self.routes = routes
+        self.challengeTTL = challengeTTL
+        let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
+        gateway = try GatewayProcess(directory: directory) { port, admin in
+            GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
+                                      routes: routes, challengeTTL: challengeTTL)
+        }
+        client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
+    }
+
+    func stop() {
+        gateway.stop()
+        upstream.stop()
+        redis.stop()
+    }
+
+    /// Rewrites the config with other routes and sends SIGHUP.
+    func reload(routes: String) throws {
+        self.routes = routes
+        try gateway.reload(GatewayEnvironment.config(port: gateway.port, admin: gateway.adminPort, redisPort: redis.port,
+                                                     upstreamURL: upstream.baseURL, directory: directory, routes: routes,
+                                                     challengeTTL: challengeTTL))
+    }
+
+    static func config(port: Int, admin: Int, redisPort: Int, upstreamURL: String, directory: String, routes: String,
+                       challengeTTL: Int) -> String {
+        """
+        listen: "127.0.0.1:\(port)"
+        admin_listen: "127.0.0.1:\(admin)"
+        redis: { url: "redis://127.0.0.1:\(redisPort)/0", pool_size: 8, timeout_ms: 300 }
+        app_attest:
+          apps: ["\(GatewayEnvironment.app)"]
+          environments: [development, production]
+          trust_anchor: "\(directory)/ca/root.pem"
+          challenge_ttl_seconds: \(challengeTTL)
+        upstreams:
+          api: { url: "\(upstreamURL)", connect_timeout_ms: 1000, timeout_ms: 1500 }
+          echo: { url: "\(upstreamURL)/echo", connect_timeout_ms: 1000, timeout_ms: 1500 }
+          dead: { url: "http://127.0.0.1:\(TestPaths.freePort())", connect_timeout_ms: 500, timeout_ms: 1000 }
+        routes:
+        \(routes)
+        """
+    }
+
+    static let defaultRoutes = """
+          - { path_prefix: "/secure/", upstream: echo, policy: assert, max_body_bytes: 4096 }
+          - { path_prefix: "/report/", upstream: echo, policy: assert, mode: report }
+          - { path_prefix: "/body-signed/", upstream: echo, policy: assert, client_data: body }
+          - { path_prefix: "/window/", upstream: echo, policy: assert, counter_window: 8 }
+          - { path_prefix: "/v1/ai/", methods: [POST], upstream: api, policy: assert }
+          - { path_prefix: "/closed/", policy: deny }
+          - { path: "/slow", upstream: api, policy: pass }
+          - { path: "/v1/public/stream", upstream: api, policy: pass }
+          - { path_prefix: "/down/", upstream: dead, policy: pass }
+          - { path_prefix: "/", upstream: echo, policy: pass }
+    """
+
+    /// A new simulated iPhone talking to this gateway.
+    func app(environment: AppAttestEnvironment = .development) throws -> AppClient {
+        AppClient(device: try SimulatedDevice(ca: ca, appID: GatewayEnvironment.app, environment: environment), client: client)
+    }
+
+    func request(_ method: String, _ path: String, headers: [HTTPField] = [], body: [UInt8] = []) throws -> Reply {
+        try Reply(client.send(UpstreamRequest(method: method, pathAndQuery: path, headers: headers + [HTTPField("Host", "gateway.test")], body: body)))
+    }
+
+    func admin(_ path: String) throws -> Reply {
+        let adminClient = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
+        return try Reply(adminClient.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "admin")])))
+    }
+}
+
+/// A whole response, with the gateway's JSON error or the echo upstream's view of the request decoded.
+struct Reply {
+    let status: Int
+    let headers: [HTTPField]
+    let body: [UInt8]
+
+    init(_ response: UpstreamResponse) throws {
+        status = response.status
+        headers = response.headers
+        body = try response.readAll(limit: 4 << 20)
+        response.finish()
+    }
+
+    var json: [String: Any] { ((try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]) ?? [:] }
+    var text: String { String(decoding: body, as: UTF8.self) }
+    var error: String? { json["error"] as? String }
+
+    /// The request headers the echo upstream received, lower-cased names.
+    var forwardedHeaders: [(String, String)] {
+        ((json["headers"] as? [[String]]) ?? []).map { ($0[0].lowercased(), $0[1]) }
+    }
+
+    func forwarded(_ name: String) -> [String] { forwardedHeaders.filter { $0.0 == name.lowercased() }.map(\.1) }
+}
+
+/// The iOS app's side of the protocol, byte for byte as docs/client.md describes it.
+final class AppClient: @unchecked Sendable {
+    let device: SimulatedDevice
+    let client: UpstreamClient
+
+    init(device: SimulatedDevice, client: UpstreamClient) {
+        self.device = device
+        self.client = client
+    }
+
+    func get(_ path: String) throws -> Reply {
+        try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "gateway.test")])))
+    }
+
+    /// GET /attest/challenge, attestKey(SHA256(challenge)), POST /attest/verify.
+    @discardableResult
+    func register(faults: Set<AttestationFault> = []) throws -> Reply {
+        let challenge = try get("/attest/challenge")
+        XCTAssertEqual(challenge.status, 200)
+        let attestation = try device.attest(challenge: challenge.body, faults: faults)
+        return try registerRaw(attestation: attestation, challenge: challenge.body)
+    }
+
+    func registerRaw(attestation: [UInt8], challenge: [UInt8]) throws -> Reply {
+        let body = try JSONSerialization.data(withJSONObject: [
+            "key_id": device.keyIdBase64, "attestation": Base64.encode(attestation), "challenge": Base64.encode(challenge),
+        ])
+        return try Reply(client.send(UpstreamRequest(method: "POST", pathAndQuery: "/attest/verify",
+                                                     headers: [HTTPField("Host", "gateway.test"), HTTPField("Content-Type", "application/json")],
+                                                     body: Array(body))))
+    }
+
+    func assertChallenge() throws -> String {
+        let encoded = device.keyIdBase64.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let reply = try get("/assert/challenge?key_id=\(encoded)")
+        XCTAssertEqual(reply.status, 200, reply.text)
+        return reply.text
+    }
+
+    /// A request signed as the app would: fresh challenge, client data for exactly this request.
+    func signed(_ method: String, _ path: String, query: String? = nil, body: [UInt8] = [], challenge: String? = nil,
+                counter: UInt32? = nil, extraHeaders: [HTTPField] = []) throws -> UpstreamRequest {
+        let clientData = SimulatedDevice.requestClientData(challenge: try challenge ?? assertChallenge(), method: method,
+                                                           path: path, query: query, body: body)
+        let assertion = try counter.map { try device.assert(clientData: clientData, counter: $0) } ?? device.assert(clientData: clientData)
+        return UpstreamRequest(method: method, pathAndQuery: path + (query.map { "?" + $0 } ?? ""), headers: [
+            HTTPField("Host", "gateway.test"),
+            HTTPField("X-App-Attest-Key-Id", device.keyIdBase64),
+            HTTPField("X-App-Attest-Assertion", Base64.encode(assertion)),
+            HTTPField("X-App-Attest-Client-Data", Base64.encode(clientData)),
+        ] + extraHeaders, body: body)
+    }
+
+    func send(_ request: UpstreamRequest) throws -> Reply { try Reply(client.send(request)) }
+}
