@@ -17,7 +17,7 @@ public struct AppAttestConfig: Sendable {
         let environments = readEnvironments(section.optional("environments")) ?? [.production]
         let (anchor, anchorFile) = readTrustAnchor(section.optional("trust_anchor"), baseDirectory: baseDirectory)
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
-                               challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 10...3600),
+                               challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
                                keyCacheSize: section.int("key_cache_size", default: 100_000, in: 0...10_000_000))
     }
 

@@ -1,0 +1,114 @@
+import AssertionCheck
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// Failure and lifecycle behaviour, each test with a gateway of its own.
+final class OperationsTests: XCTestCase {
+    func testRedisDownFailsAssertRoutesButPassRoutesKeepWorking() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let request = try app.signed("POST", "/secure/x", body: [1])
+        env.redis.stop()
+
+        let started = Date()
+        let denied = try app.send(request)
+        XCTAssertEqual(denied.status, 503)
+        XCTAssertEqual(denied.error, "store_unavailable")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3, "a dead Redis must fail fast, not hang")
+        XCTAssertEqual(try env.request("GET", "/public/still-up").status, 200)
+        XCTAssertEqual(try env.admin("/readyz").status, 503)
+        XCTAssertEqual(try env.admin("/healthz").status, 200)
+        // Report mode still forwards, marked with the reason.
+        XCTAssertEqual(try app.send(app.signed("POST", "/report/x", body: [1], challenge: "any")).forwarded("X-Attest-Status"),
+                       ["report_failed:store_unavailable"])
+    }
+
+    func testExpiredChallengeIsRejected() throws {
+        let env = try GatewayEnvironment(challengeTTL: 1)
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let challenge = try app.assertChallenge()
+        Thread.sleep(forTimeInterval: 2.1)
+        let reply = try app.send(app.signed("POST", "/secure/late", challenge: challenge))
+        XCTAssertEqual(reply.status, 409)
+        XCTAssertEqual(reply.error, "challenge_unknown")
+
+        let attestChallenge = try app.get("/attest/challenge").body
+        Thread.sleep(forTimeInterval: 2.1)
+        let other = try env.app()
+        let late = try other.registerRaw(attestation: try other.device.attest(challenge: attestChallenge), challenge: attestChallenge)
+        XCTAssertEqual(late.error, "challenge_unknown")
+    }
+
+    func testSighupReloadsAndABadFileKeepsTheRunningConfig() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        XCTAssertEqual(try env.request("GET", "/public/page").status, 200)
+
+        try env.reload(routes: """
+              - { path_prefix: "/public/", policy: deny }
+              - { path_prefix: "/", upstream: echo, policy: pass }
+        """)
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "config_reloaded" })
+        XCTAssertEqual(try env.request("GET", "/public/page").status, 403)
+
+        try env.gateway.reload("routes: [ { path_prefix: \"/\", policy: asert } ]\n")
+        let failure = env.gateway.waitForEvent { $0["event"] as? String == "config_reload_failed" }
+        XCTAssertNotNil(failure)
+        XCTAssertTrue("\(failure?["errors"] ?? "")".contains("policy"), "\(failure ?? [:])")
+        XCTAssertEqual(try env.request("GET", "/public/page").status, 403, "the previous config stays in force")
+        XCTAssertEqual(try env.request("GET", "/other").status, 200)
+    }
+
+    func testSigtermDrainsInFlightRequestsAndExitsZero() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let slow = DispatchQueue.global()
+        let group = DispatchGroup()
+        let status = Mutex12()
+        group.enter()
+        slow.async {
+            status.append((try? env.request("GET", "/slow?ms=800").status) ?? -1)
+            group.leave()
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        env.gateway.process.signal(SIGTERM)
+        XCTAssertEqual(group.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(status.values, [200], "the request in flight finishes")
+        XCTAssertEqual(env.gateway.process.waitForExit(timeout: 5), 0)
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "stopped" })
+    }
+
+    func testInvalidConfigRefusesToStartAndCheckConfigExplains() throws {
+        let directory = TestPaths.temporaryDirectory("badconfig")
+        let path = directory + "/gateway.yaml"
+        try """
+        listen: "127.0.0.1:1"
+        app_attest: { apps: ["nodot"], environments: [staging] }
+        upstreams: { api: { url: "ftp://x" } }
+        routes:
+          - { path_prefix: "/", upstream: missing, policy: pass }
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let check = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["check-config", path])
+        XCTAssertEqual(check.waitForExit(timeout: 10), 1)
+        let output = check.lines.joined(separator: "\n")
+        for fragment in ["app_attest.apps[0]", "app_attest.environments[0]", "upstreams.api.url", "routes[0].upstream"] {
+            XCTAssertTrue(output.contains(fragment), "\(fragment) missing from:\n\(output)")
+        }
+        let serve = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", path])
+        XCTAssertEqual(serve.waitForExit(timeout: 10), 1)
+        XCTAssertTrue(serve.lines.joined().contains("\"event\":\"config_invalid\""), serve.lines.joined())
+    }
+
+    func testTestTrustAnchorIsAnnouncedLoudly() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let warning = env.gateway.waitForEvent { $0["event"] as? String == "trust_anchor_not_apple" }
+        XCTAssertEqual(warning?["level"] as? String, "warn")
+    }
+}
