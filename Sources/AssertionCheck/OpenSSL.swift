@@ -24,13 +24,11 @@ public enum SHA256 {
     }
 }
 
-/// An ECDSA P-256 public key (an owned EVP_PKEY). Immutable once made, so one instance may verify
-/// on many threads at once; parse it once and cache it.
+/// An ECDSA P-256 public key: the curve point as an owned EC_POINT on one shared curve group.
+/// Immutable once made, so one instance may verify on many threads at once. Kept small (~0.3 KiB) and
+/// cheap to make (a few µs, no DER decoder): the gateway caches many of them.
 public final class P256PublicKey: @unchecked Sendable {
-    private let key: OpaquePointer
-    /// The same key as a legacy EC_KEY: ECDSA_verify on it skips OpenSSL 3's per-call provider fetch
-    /// (EVP_PKEY_CTX_new + verify_init), which costs as much as a third of the verify itself.
-    private let ecKey: OpaquePointer
+    private let curvePoint: OpaquePointer
     /// The uncompressed point (0x04 || X || Y), 65 bytes.
     public let point: [UInt8]
 
@@ -40,69 +38,60 @@ public final class P256PublicKey: @unchecked Sendable {
         0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
     ]
 
-    /// Accepts the 65-byte uncompressed point or a DER SubjectPublicKeyInfo.
+    /// The P-256 group, shared read-only by every key (OpenSSL's group objects are large).
+    private static let group = SharedGroup()
+
+    private final class SharedGroup: @unchecked Sendable {
+        let pointer: OpaquePointer = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1)
+    }
+
+    /// Accepts the 65-byte uncompressed point or its DER SubjectPublicKeyInfo (the one canonical
+    /// encoding of a P-256 key: the fixed prefix followed by the point).
     public convenience init(bytes: [UInt8]) throws(VerificationError) {
-        if bytes.count == 65, bytes[0] == 0x04 {
-            try self.init(spki: P256PublicKey.spkiPrefix + bytes)
+        if bytes.count == 65 {
+            try self.init(point: bytes)
+        } else if bytes.count == 91, bytes.starts(with: P256PublicKey.spkiPrefix) {
+            try self.init(point: Array(bytes[26...]))
         } else {
-            try self.init(spki: bytes)
+            throw VerificationError(.badPublicKey, "public key is neither a P-256 SubjectPublicKeyInfo nor a 65-byte uncompressed point")
         }
     }
 
-    public init(spki: [UInt8]) throws(VerificationError) {
-        let parsed: OpaquePointer? = spki.withUnsafeBufferPointer { buffer in
-            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
-            return d2i_PUBKEY(nil, &cursor, buffer.count)
+    /// The point must be uncompressed and on the curve.
+    public init(point: [UInt8]) throws(VerificationError) {
+        let group = P256PublicKey.group.pointer
+        guard point.count == 65, point[0] == 0x04, let curvePoint = EC_POINT_new(group) else {
+            throw VerificationError(.badPublicKey, "public key is not a 65-byte uncompressed P-256 point")
         }
-        guard let parsed else {
+        guard EC_POINT_oct2point(group, curvePoint, point, point.count, nil) == 1 else {
+            EC_POINT_free(curvePoint)
             ERR_clear_error()
-            throw VerificationError(.badPublicKey, "public key is neither a DER SubjectPublicKeyInfo nor a 65-byte point")
+            throw VerificationError(.badPublicKey, "public key is not a point on P-256")
         }
-        guard let point = P256PublicKey.uncompressedPoint(parsed) else {
-            EVP_PKEY_free(parsed)
-            throw VerificationError(.badPublicKey, "public key is not an EC P-256 key")
-        }
-        guard let ecKey = EVP_PKEY_get1_EC_KEY(parsed) else {
-            EVP_PKEY_free(parsed)
-            throw VerificationError(.badPublicKey, "public key is not an EC key")
-        }
-        self.key = parsed
-        self.ecKey = ecKey
+        self.curvePoint = curvePoint
         self.point = point
     }
 
-    /// Takes ownership of a key OpenSSL handed out (the credCert's public key).
-    fileprivate init(owning key: OpaquePointer) throws(VerificationError) {
-        guard let point = P256PublicKey.uncompressedPoint(key), let ecKey = EVP_PKEY_get1_EC_KEY(key) else {
-            EVP_PKEY_free(key)
-            throw VerificationError(.badCertificate, "credCert public key is not an EC P-256 key")
-        }
-        self.key = key
-        self.ecKey = ecKey
-        self.point = point
-    }
-
-    deinit {
-        EC_KEY_free(ecKey)
-        EVP_PKEY_free(key)
-    }
+    deinit { EC_POINT_free(curvePoint) }
 
     /// The DER SubjectPublicKeyInfo (what the gateway stores and the CLI prints).
     public var spki: [UInt8] { P256PublicKey.spkiPrefix + point }
 
     /// Verifies a DER ECDSA signature over `message` (ECDSA-SHA256: the message is hashed once more).
+    /// Uses the low-level ECDSA_verify on a transient EC_KEY: OpenSSL 3's EVP path fetches the algorithm
+    /// from the provider on every call, which costs as much as a third of the verify itself.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         let digest = SHA256.hash(message)
-        let result = signature.withUnsafeBufferPointer { sig in
-            digest.withUnsafeBufferPointer { md in
-                ECDSA_verify(0, md.baseAddress, Int32(md.count), sig.baseAddress, Int32(sig.count), ecKey)
-            }
-        }
+        guard let key = EC_KEY_new() else { return false }
+        defer { EC_KEY_free(key) }
+        guard EC_KEY_set_group(key, P256PublicKey.group.pointer) == 1, EC_KEY_set_public_key(key, curvePoint) == 1 else { return false }
+        let result = ECDSA_verify(0, digest, Int32(digest.count), signature, Int32(signature.count), key)
         if result != 1 { ERR_clear_error() }
         return result == 1
     }
 
-    private static func uncompressedPoint(_ key: OpaquePointer) -> [UInt8]? {
+    /// The uncompressed point of an EVP_PKEY, if it is a P-256 key.
+    fileprivate static func uncompressedPoint(_ key: OpaquePointer) -> [UInt8]? {
         guard EVP_PKEY_get_base_id(key) == EVP_PKEY_EC else { return nil }
         var name = [CChar](repeating: 0, count: 64)
         var nameLength = 0
@@ -155,10 +144,11 @@ final class X509Certificate {
     deinit { X509_free(certificate) }
 
     func publicKey() throws(VerificationError) -> P256PublicKey {
-        guard let key = X509_get_pubkey(certificate) else {
-            throw VerificationError(.badCertificate, "credCert has no readable public key")
+        guard let key = X509_get0_pubkey(certificate), let point = P256PublicKey.uncompressedPoint(key) else {
+            ERR_clear_error()
+            throw VerificationError(.badCertificate, "credCert public key is not an EC P-256 key")
         }
-        return try P256PublicKey(owning: key)
+        return try P256PublicKey(point: point)
     }
 
     /// The DER content (inside the extnValue OCTET STRING) of the extension with this dotted OID.
