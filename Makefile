@@ -16,5 +16,9 @@ test: deps
 run: deps
 	./scripts/run.sh
 
+demo:
+	swift build -c release --product gateway
+	.build/release/gateway demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
+
 clean:
 	rm -rf .build run

@@ -105,6 +105,20 @@ final class OperationsTests: XCTestCase {
         XCTAssertTrue(serve.lines.joined().contains("\"event\":\"config_invalid\""), serve.lines.joined())
     }
 
+    func testDemoPlaysEveryCaseAgainstARunningGateway() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let demo = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: [
+            "demo", "--gateway", env.gateway.baseURL, "--ca", env.directory + "/ca", "--config", env.gateway.configPath,
+            "--log", env.directory + "/no-log-file",
+        ])
+        XCTAssertEqual(demo.waitForExit(timeout: 30), 0, demo.lines.joined(separator: "\n"))
+        let output = demo.lines.joined(separator: "\n")
+        for expected in ["← 200", "challenge_unknown", "body_hash_mismatch", "assertion_missing", "Every step answered as expected."] {
+            XCTAssertTrue(output.contains(expected), "\(expected) missing from:\n\(output)")
+        }
+    }
+
     func testTestTrustAnchorIsAnnouncedLoudly() throws {
         let env = try GatewayEnvironment()
         defer { env.stop() }

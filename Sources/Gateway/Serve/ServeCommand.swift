@@ -1,3 +1,4 @@
+import AssertionCheck
 import Dispatch
 import Foundation
 
@@ -5,31 +6,38 @@ import Foundation
 /// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
 /// drain in-flight requests and exit 0.
 enum ServeCommand {
-    static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N]"
+    static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N] [--trust-anchor PEM (tests and demos only)]"
 
     static func run(_ arguments: [String]) -> Int32 {
         let path: String
         let drainSeconds: Int
+        let anchorOverride: (anchor: TrustAnchor, file: String)?
         do {
             var options = try Arguments(arguments)
             path = try options.required("config")
             drainSeconds = try options.integer("drain-seconds", default: 30)
+            if let file = try options.optional("trust-anchor") {
+                do { anchorOverride = (try TrustAnchor(pemFile: file), file) } catch { throw UsageError("--trust-anchor: \(error.message)") }
+            } else {
+                anchorOverride = nil
+            }
             try options.rejectUnknown()
         } catch {
             FileHandle.standardError.write(Data("gateway serve: \(error)\n\(usage)\n".utf8))
             return 2
         }
         let log = EventLog()
+        let loader = ConfigLoader(path: path, anchorOverride: anchorOverride)
         let config: GatewayConfig
         do {
-            config = try GatewayConfig.load(path: path)
+            config = try loader.load()
         } catch {
             log.event(.error, "config_invalid", ["reason": error.reasonCode, "path": path, "errors": error.issues.map(\.description)])
             return 1
         }
         log.setLevel(config.log.level)
         do {
-            let server = try Server(config: config, configPath: path, log: log)
+            let server = try Server(config: config, loader: loader, log: log)
             return server.runUntilStopped(drainSeconds: drainSeconds)
         } catch {
             log.event(.error, "startup_failed", ["message": "\(error)"])
@@ -38,9 +46,21 @@ enum ServeCommand {
     }
 }
 
+/// Reads the config file, applying `--trust-anchor` each time (start and every reload).
+struct ConfigLoader: Sendable {
+    let path: String
+    let anchorOverride: (anchor: TrustAnchor, file: String)?
+
+    func load() throws(ConfigError) -> GatewayConfig {
+        let config = try GatewayConfig.load(path: path)
+        guard let anchorOverride else { return config }
+        return config.trusting(anchorOverride.anchor, file: anchorOverride.file)
+    }
+}
+
 /// The running gateway: both listeners, the handler, and the signal sources that drive reload and stop.
 final class Server: @unchecked Sendable {
-    private let configPath: String
+    private let loader: ConfigLoader
     private let log: EventLog
     private let metrics = Metrics()
     private let handler: ProxyHandler
@@ -50,8 +70,8 @@ final class Server: @unchecked Sendable {
     private var signalSources: [DispatchSourceSignal] = []
     private let signalQueue = DispatchQueue(label: "gateway.signals")
 
-    init(config: GatewayConfig, configPath: String, log: EventLog) throws {
-        self.configPath = configPath
+    init(config: GatewayConfig, loader: ConfigLoader, log: EventLog) throws {
+        self.loader = loader
         self.log = log
         Server.announce(config, log: log)
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config), metrics: metrics, log: log)
@@ -63,7 +83,7 @@ final class Server: @unchecked Sendable {
                                                    "message": "Redis does not answer: assert routes will fail with 503 until it does"])
         }
         log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",
-                                       "routes": config.routes.count, "config": configPath])
+                                       "routes": config.routes.count, "config": loader.path])
     }
 
     /// Warns loudly about a trust anchor that is not Apple's: such a gateway accepts simulated devices.
@@ -97,7 +117,7 @@ final class Server: @unchecked Sendable {
     /// Builds the new runtime completely before swapping it in; any error keeps the old one.
     private func reload() {
         do {
-            let config = try GatewayConfig.load(path: configPath)
+            let config = try loader.load()
             let running = handler.runtime.config
             if config.listen != running.listen || config.adminListen != running.adminListen {
                 log.event(.warn, "listen_change_ignored", ["message": "listen and admin_listen change only on restart"])
@@ -105,7 +125,7 @@ final class Server: @unchecked Sendable {
             Server.announce(config, log: log)
             handler.replace(try GatewayRuntime.build(config, previous: handler.runtime))
             log.setLevel(config.log.level)
-            log.event(.info, "config_reloaded", ["config": configPath, "routes": config.routes.count])
+            log.event(.info, "config_reloaded", ["config": loader.path, "routes": config.routes.count])
         } catch let error as ConfigError {
             log.event(.error, "config_reload_failed", ["reason": error.reasonCode, "errors": error.issues.map(\.description),
                                                        "message": "kept the running configuration"])

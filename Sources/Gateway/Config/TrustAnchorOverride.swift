@@ -1,0 +1,13 @@
+import AssertionCheck
+
+extension GatewayConfig {
+    /// The same configuration trusting another root: `serve --trust-anchor PEM`, which `make run` uses so the
+    /// demo's simulated devices are accepted while gateway.yaml itself keeps Apple's root.
+    func trusting(_ anchor: TrustAnchor, file: String) -> GatewayConfig {
+        let attest = AppAttestConfig(apps: appAttest.apps, environments: appAttest.environments, trustAnchor: anchor,
+                                     trustAnchorFile: file, challengeTTLSeconds: appAttest.challengeTTLSeconds,
+                                     keyCacheSize: appAttest.keyCacheSize)
+        return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
+                             server: server, log: log, upstreams: upstreams, routes: routes)
+    }
+}
