@@ -118,6 +118,7 @@ struct Demo {
 
     /// The gateway's own JSON log line for this request, when `make run` keeps the log in a file.
     private func printLogLine(requestId: String) {
+        guard FileManager.default.fileExists(atPath: logPath) else { return }
         for _ in 0..<20 {
             if let text = try? String(contentsOfFile: logPath, encoding: .utf8),
                let line = text.split(separator: "\n").last(where: { $0.contains("\"request_id\":\"\(requestId)\"") }) {

@@ -53,6 +53,13 @@ final class RequestRecord: @unchecked Sendable {
                           help: "Requests by route, decision and reason code.")
         metrics.observe("gateway_request_duration_seconds", ["route": route], seconds: totalMs / 1000,
                         help: "Time from request received to response finished.")
+        if let upstreamMs, upstreamStatus != nil {
+            metrics.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,
+                            help: "Time from forwarding to the last upstream byte relayed.")
+        }
+        if let reason, reason.hasPrefix("store_") {
+            metrics.increment("gateway_store_errors_total", ["reason": reason], help: "Requests that failed on the Redis state store.")
+        }
         if let verifyMs {
             metrics.observe("gateway_verify_duration_seconds", seconds: verifyMs / 1000, help: "Assertion verification time (pure checks and signature).")
         }
