@@ -37,6 +37,14 @@ struct ConfigValue {
         return value
     }
 
+    /// YAML's plain `true` / `false` (quoted text is not a boolean).
+    func bool() -> Bool? {
+        guard case .scalar(let text, true) = node.content, text == "true" || text == "false" else {
+            return wrongType("true or false")
+        }
+        return text == "true"
+    }
+
     func choice<Choice: CaseIterable & RawRepresentable<String>>(_: Choice.Type) -> Choice? {
         guard let text = string() else { return nil }
         guard let value = Choice(rawValue: text) else {

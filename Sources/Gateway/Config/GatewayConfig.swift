@@ -19,6 +19,8 @@ public struct GatewayConfig: Sendable {
     public let upstreams: [UpstreamConfig]
     /// In file order.
     public let routes: [RouteConfig]
+    /// Apple's server APIs (DeviceCheck, receipts); nil when the file has no `apple:` section.
+    public let apple: AppleConfig?
 
     /// Largest body any route may accept: bodies are held in memory.
     static let maxBodyCeiling = 256 * 1024 * 1024
@@ -75,8 +77,12 @@ public struct GatewayConfig: Sendable {
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
                                          defaultMaxBody: server.maxBodyBytes)
+        let apple = AppleConfig.read(top.optional("apple")?.mapping(), baseDirectory: baseDirectory)
+        if apple == nil, let route = routes.first(where: { $0.deviceCheck.usesApple }), let node = top.optional("routes") {
+            node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
+        }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes)
+                             appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {

@@ -39,12 +39,14 @@ public struct RouteConfig: Sendable, Equatable {
     public let clientData: ClientDataSource
     public let counterWindow: Int
     public let maxBodyBytes: Int
+    /// DeviceCheck fallback, device bits and risk metric (assert routes; needs `apple:`).
+    public let deviceCheck: DeviceCheckPolicy
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
     public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
                 mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
-                maxBodyBytes: Int = 1_048_576, index: Int = 0) {
+                maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), index: Int = 0) {
         self.match = match
         self.methods = methods
         self.upstream = upstream
@@ -53,6 +55,7 @@ public struct RouteConfig: Sendable, Equatable {
         self.clientData = clientData
         self.counterWindow = counterWindow
         self.maxBodyBytes = maxBodyBytes
+        self.deviceCheck = deviceCheck
         self.index = index
     }
 }
@@ -83,10 +86,32 @@ extension RouteConfig {
         let clientData = assertOption(route, "client_data", refusal: assertOnly) { $0.choice(ClientDataSource.self) } ?? .json
         let window = assertOption(route, "counter_window", refusal: assertOnly) { $0.int(in: 0...1024) } ?? 0
         let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
+        let deviceCheck = readDeviceCheck(route, refusal: assertOnly)
         guard let match, let policy else { return nil }
         return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
-                           clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, index: index)
+                           clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
+                           index: index)
     }
+
+    private static func readDeviceCheck(_ route: ConfigMapping, refusal: String?) -> DeviceCheckPolicy {
+        var policy = DeviceCheckPolicy()
+        if let fallback = assertOption(route, "fallback", refusal: refusal, { $0.choice(Fallback.self) }) {
+            policy.fallback = fallback == .devicecheck
+        }
+        if let bits = assertOption(route, "deny_if_bits", refusal: refusal, { $0.mapping() }) {
+            for bit in DeviceCheckPolicy.Bit.allCases {
+                if let value = bits.optional(bit.rawValue)?.bool() { policy.denyIfBits[bit] = value }
+            }
+            bits.finish()
+        }
+        policy.oncePerDevice = assertOption(route, "once_per_device", refusal: refusal) { $0.choice(DeviceCheckPolicy.Bit.self) }
+        policy.unreachable = assertOption(route, "apple_unreachable", refusal: refusal) { $0.choice(DeviceCheckPolicy.Unreachable.self) } ?? .closed
+        policy.maxRiskMetric = assertOption(route, "max_risk_metric", refusal: refusal) { $0.int(in: 0...1_000_000) }
+        policy.riskAction = assertOption(route, "risk_action", refusal: refusal) { $0.choice(DeviceCheckPolicy.RiskAction.self) } ?? .report
+        return policy
+    }
+
+    private enum Fallback: String, CaseIterable { case devicecheck }
 
     private static func readMatch(_ route: ConfigMapping) -> Match? {
         let exact = route.optional("path")
