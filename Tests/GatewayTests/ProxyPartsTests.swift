@@ -1,0 +1,101 @@
+import AssertionCheck
+@testable import Gateway
+import Upstream
+import XCTest
+
+/// The proxy's small parts, each on its own: header rules, key cache bounds, metrics text, ids.
+final class ProxyPartsTests: XCTestCase {
+    func testRequestHeadersDropHopByHopGatewayOwnedAndAppAttestHeaders() {
+        let incoming = [
+            HTTPField("Host", "api.example"), HTTPField("Connection", "keep-alive, X-Hop"), HTTPField("X-Hop", "1"),
+            HTTPField("Keep-Alive", "5"), HTTPField("Transfer-Encoding", "chunked"), HTTPField("Content-Length", "3"),
+            HTTPField("Proxy-Authorization", "x"), HTTPField("X-Attest-Status", "verified"), HTTPField("x-attest-anything", "y"),
+            HTTPField("X-App-Attest-Assertion", "a"), HTTPField("X-App-Assertion", "b"), HTTPField("X-Forwarded-For", "1.2.3.4"),
+            HTTPField("Authorization", "Bearer t"), HTTPField("Cookie", "a=1"), HTTPField("Cookie", "b=2"),
+        ]
+        let kept = ForwardingRules.requestHeaders(incoming)
+        XCTAssertEqual(kept, [HTTPField("Authorization", "Bearer t"), HTTPField("Cookie", "a=1"), HTTPField("Cookie", "b=2")])
+    }
+
+    func testResponseHeadersKeepRepeatsAndDropFraming() {
+        let upstream = [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Transfer-Encoding", "chunked"),
+                        HTTPField("Connection", "close, X-Internal"), HTTPField("X-Internal", "secret"), HTTPField("Content-Type", "text/plain")]
+        XCTAssertEqual(ForwardingRules.responseHeaders(upstream),
+                       [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Content-Type", "text/plain")])
+    }
+
+    func testListValuesSplitCommasAcrossRepeatedHeaders() {
+        let headers = [HTTPField("X-Forwarded-For", "1.1.1.1, 2.2.2.2"), HTTPField("x-forwarded-for", "3.3.3.3")]
+        XCTAssertEqual(ForwardingRules.values("x-forwarded-for", in: headers), ["1.1.1.1", "2.2.2.2", "3.3.3.3"])
+    }
+
+    func testKeyCacheStaysBoundedAndKeepsRecentlyUsedKeys() throws {
+        let point = try XCTUnwrap(Base64.decode("BCvFuttCS38ktPcKnn5vVDCdJoAMFs8Q7feIIBCcZKQppgMkTVfCrXFWoiE6R+tnSRDGMHBqVtFwzLN1joDVghg="))
+        let entry = KeyCache.Entry(publicKey: try P256PublicKey(bytes: point), appID: AppID("TEAMID1234.com.example.app")!,
+                                   environment: .production)
+        let cache = KeyCache(capacity: 10)
+        let hot: [UInt8] = [0xFF]
+        cache.store(entry, for: hot)
+        for index in 0..<100 {
+            cache.store(entry, for: [UInt8(index)])
+            XCTAssertNotNil(cache.entry(for: hot), "a key in use survives generation turnover (\(index))")
+            XCTAssertLessThanOrEqual(cache.count, 10)
+        }
+        XCTAssertNil(cache.entry(for: [0]), "an old unused key is gone")
+        cache.remove(hot)
+        XCTAssertNil(cache.entry(for: hot))
+    }
+
+    func testMetricsExposition() {
+        let metrics = Metrics()
+        metrics.increment("gateway_requests_total", ["route": "/v1/\"ai\"", "decision": "verified"], help: "Requests.")
+        metrics.increment("gateway_requests_total", ["route": "/v1/\"ai\"", "decision": "verified"])
+        metrics.observe("gateway_request_duration_seconds", ["route": "/"], seconds: 0.003, help: "Latency.")
+        metrics.observe("gateway_request_duration_seconds", ["route": "/"], seconds: 20)
+        let text = metrics.exposition(extra: [(name: "gateway_key_cache_entries", help: "Keys.", value: 3)])
+        XCTAssertTrue(text.contains("# TYPE gateway_requests_total counter\n"))
+        XCTAssertTrue(text.contains("gateway_requests_total{route=\"/v1/\\\"ai\\\"\",decision=\"verified\"} 2\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_bucket{route=\"/\",le=\"0.0025\"} 0\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_bucket{route=\"/\",le=\"0.005\"} 1\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_bucket{route=\"/\",le=\"+Inf\"} 2\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_count{route=\"/\"} 2\n"), text)
+        XCTAssertTrue(text.contains("gateway_key_cache_entries 3\n"))
+        XCTAssertEqual(metrics.counter("gateway_requests_total", ["route": "/v1/\"ai\"", "decision": "verified"]), 2)
+    }
+
+    func testRequestIdsAreKeptOnlyWhenSafe() {
+        XCTAssertEqual(RequestID.accept(["abc-123_X.y"]), "abc-123_X.y")
+        for bad in [["has space"], ["a\"b"], [String(repeating: "a", count: 129)], ["one", "two"], [""]] {
+            let id = RequestID.accept(bad)
+            XCTAssertNotEqual(id, bad.first)
+            XCTAssertEqual(id.count, 24)
+        }
+        XCTAssertNotEqual(RequestID.accept([]), RequestID.accept([]))
+    }
+
+    func testQueryStringKeepsPlusSigns() {
+        XCTAssertEqual(QueryString.value(of: "key_id", in: "a=1&key_id=ab%2Bc/d=="), "ab+c/d==")
+        XCTAssertEqual(QueryString.value(of: "key_id", in: "key_id=ab+c"), "ab+c")
+        XCTAssertNil(QueryString.value(of: "key_id", in: "other=1"))
+        XCTAssertNil(QueryString.value(of: "key_id", in: nil))
+    }
+
+    func testEveryErrorMapsToOneStatus() {
+        let cases: [(GatewayError, Int, String)] = [
+            (.verification(VerificationError(.badCBOR, "")), 400, "bad_cbor"),
+            (.verification(VerificationError(.signatureInvalid, "")), 401, "signature_invalid"),
+            (.verification(VerificationError(.counterNotIncreasing, "")), 409, "counter_not_increasing"),
+            (.assertionMissing(""), 401, "assertion_missing"), (.challengeUnknown, 409, "challenge_unknown"),
+            (.keyRevoked, 403, "key_revoked"), (.methodNotAllowed(allowed: ["POST"]), 405, "method_not_allowed"),
+            (.bodyTooLarge(limit: 1), 413, "body_too_large"), (.storeUnavailable(""), 503, "store_unavailable"),
+            (.upstreamUnavailable(""), 502, "upstream_unavailable"), (.upstreamTimeout(""), 504, "upstream_timeout"),
+            (GatewayError(UpstreamError.timeout("t")), 504, "upstream_timeout"),
+            (GatewayError(StoreError.unavailable("down")), 503, "store_unavailable"),
+            (GatewayError(CommitRejection.counterNotIncreasing), 409, "counter_not_increasing"),
+        ]
+        for (error, status, code) in cases {
+            XCTAssertEqual(error.status, status, code)
+            XCTAssertEqual(error.reasonCode, code)
+        }
+    }
+}
