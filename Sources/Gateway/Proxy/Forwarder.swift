@@ -30,7 +30,9 @@ struct Forwarder {
             throw GatewayError(error)
         }
         record.upstreamStatus = response.status
-        let headers = ForwardingRules.responseHeaders(response.headers) + [HTTPField("X-Request-Id", record.requestId)]
+        // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
+        let headers = ForwardingRules.responseHeaders(response.headers).filter { $0.name.lowercased() != "x-request-id" }
+            + [HTTPField("X-Request-Id", record.requestId)]
         let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
         if noBody || (response.headers.values(named: "Content-Length").first.flatMap { Int($0) }.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
             let body: [UInt8]
