@@ -126,3 +126,46 @@ final class OperationsTests: XCTestCase {
         XCTAssertEqual(warning?["level"] as? String, "warn")
     }
 }
+
+/// Configuration edges found by reading the code against the docs.
+final class ConfigurationEdgeTests: XCTestCase {
+    func testRegistrationIsNotLimitedByTheCatchAllRoutesBodyLimit() throws {
+        let env = try GatewayEnvironment(routes: """
+              - { path_prefix: "/secure/", upstream: echo, policy: assert, max_body_bytes: 64 }
+              - { path_prefix: "/", upstream: echo, policy: pass, max_body_bytes: 16 }
+        """)
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        XCTAssertEqual(try env.request("POST", "/big", body: [UInt8](repeating: 1, count: 17)).status, 413)
+    }
+
+    func testUpstreamSeesTheStandardSpellingOfTheKeyId() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        var request = try app.signed("GET", "/secure/me")
+        request.headers[1] = HTTPField("X-App-Attest-Key-Id", Base64.encodeURLSafe(app.device.keyId))
+        let reply = try app.send(request)
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertEqual(reply.forwarded("X-Attest-Key-Id"), [app.device.keyIdBase64])
+    }
+
+    func testDroppingAnEnvironmentLocksOutItsKeysAtOnce() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let app = try env.app(environment: .development)
+        XCTAssertEqual(try app.register().status, 200)
+        XCTAssertEqual(try app.send(app.signed("GET", "/secure/me")).status, 200)
+        let productionOnly = GatewayEnvironment.config(port: env.gateway.port, admin: env.gateway.adminPort, redisPort: env.redis.port,
+                                                       upstreamURL: env.upstream.baseURL, directory: env.directory,
+                                                       routes: GatewayEnvironment.defaultRoutes, challengeTTL: 300)
+            .replacingOccurrences(of: "environments: [development, production]", with: "environments: [production]")
+        try env.gateway.reload(productionOnly)
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "config_reloaded" })
+        let reply = try app.send(app.signed("GET", "/secure/me"))
+        XCTAssertEqual(reply.status, 401)
+        XCTAssertEqual(reply.error, "environment_mismatch")
+    }
+}

@@ -60,7 +60,7 @@ final class ConfigTests: XCTestCase {
               key_cache_size: 500
             server: { connection_limit: 200, per_ip_connection_limit: 20, connection_timeout_seconds: 10,
                       connection_memory_limit_bytes: 32768, max_body_bytes: 4096 }
-            log: { level: debug, format: text }
+            log: { level: debug }
             upstreams:
               api: { url: "https://api.internal:8443/base/", connect_timeout_ms: 500, timeout_ms: 30000,
                      host_header: preserve, max_idle_connections: 8 }
@@ -87,7 +87,7 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual([config.appAttest.challengeTTLSeconds, config.appAttest.keyCacheSize], [120, 500])
         XCTAssertEqual(config.server, ServerLimits(connectionLimit: 200, perIPConnectionLimit: 20, connectionTimeoutSeconds: 10,
                                                    connectionMemoryLimitBytes: 32768, maxBodyBytes: 4096))
-        XCTAssertEqual(config.log, LogConfig(level: .debug, format: .text))
+        XCTAssertEqual(config.log, LogConfig(level: .debug))
 
         let api = try XCTUnwrap(config.upstream(named: "api"))
         XCTAssertEqual([api.scheme, api.host, "\(api.port)", api.basePath], ["https", "api.internal", "8443", "/base"])
@@ -104,7 +104,7 @@ final class ConfigTests: XCTestCase {
             RouteConfig(match: .prefix("/admin/"), upstream: nil, policy: .deny, maxBodyBytes: 4096, index: 2),
             RouteConfig(match: .prefix("/"), upstream: "api", policy: .pass, maxBodyBytes: 4096, index: 3),
         ])
-        XCTAssertEqual(config.listenerLimits.maxBodyBytes, 65536, "raised to the largest route limit")
+        XCTAssertEqual(config.listenerLimits.maxBodyBytes, 131_072, "raised to the largest limit: here the registration endpoint's")
     }
 
     func testDefaultsFillEverythingOptional() throws {
@@ -121,7 +121,7 @@ final class ConfigTests: XCTestCase {
         XCTAssertNil(config.appAttest.trustAnchorFile)
         XCTAssertEqual([config.appAttest.challengeTTLSeconds, config.appAttest.keyCacheSize], [300, 100_000])
         XCTAssertEqual(config.server, ServerLimits())
-        XCTAssertEqual(config.log, LogConfig(level: .info, format: .json))
+        XCTAssertEqual(config.log, LogConfig(level: .info))
         let api = try XCTUnwrap(config.upstream(named: "api"))
         XCTAssertEqual([api.connectTimeoutMs, api.timeoutMs, api.maxIdleConnections], [2000, 60000, 64])
         XCTAssertEqual(api.hostHeader, .upstream)
@@ -280,7 +280,7 @@ final class ConfigTests: XCTestCase {
             "routes[8].mode: only valid with policy assert (line 12)",
             "routes[8].counter_window: only valid with policy assert (line 12)",
             "routes[9].counter_window: expected an integer in 0...1024, got 2000 (line 13)",
-            #"routes[10].path: routes[5] already has path "/m" (line 9) (line 14)"#,
+            #"routes[10].path: the same path "/m" as routes[5] (line 14)"#,
         ])
     }
 

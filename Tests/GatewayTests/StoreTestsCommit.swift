@@ -94,6 +94,18 @@ final class StoreTestsCommit: XCTestCase {
         XCTAssertEqual(try store.loadKey(keyId: record.keyId)?.counter, 12)
     }
 
+    /// Counters accepted under window 0 are not tracked one by one, so a route with a window (or a config
+    /// reloaded with a larger one) must not take them for unused late counters.
+    func testWindowNeverReopensCountersAcceptedWithoutOne() throws {
+        XCTAssertEqual(try commit(2, window: 0), .accepted(previousCounter: 0))
+        XCTAssertEqual(try commit(3, window: 0), .accepted(previousCounter: 2))
+        XCTAssertEqual(try commit(2, window: 8), .rejected(.counterNotIncreasing), "2 was used under window 0")
+        XCTAssertEqual(try commit(1, window: 8), .rejected(.counterNotIncreasing), "below the window-0 floor")
+        XCTAssertEqual(try commit(6, window: 8), .accepted(previousCounter: 3))
+        XCTAssertEqual(try commit(5, window: 8), .accepted(previousCounter: 6), "late counter above the floor")
+        XCTAssertEqual(try commit(3, window: 8), .rejected(.counterNotIncreasing), "the floor itself")
+    }
+
     func testWindowStaysSmall() throws {
         for counter in stride(from: UInt32(1), through: 200, by: 1) {
             XCTAssertEqual(try commit(counter, window: 8), .accepted(previousCounter: counter - 1))

@@ -33,7 +33,7 @@ public struct GatewayConfig: Sendable {
     /// each route's own limit is applied per request (`HTTPHandler.maxBodyBytes`).
     public var listenerLimits: ServerLimits {
         var limits = server
-        limits.maxBodyBytes = routes.map(\.maxBodyBytes).reduce(server.maxBodyBytes, max)
+        limits.maxBodyBytes = routes.map(\.maxBodyBytes).reduce(max(server.maxBodyBytes, BuiltinEndpoints.registrationBodyLimit), max)
         return limits
     }
 

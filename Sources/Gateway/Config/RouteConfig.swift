@@ -194,7 +194,7 @@ extension RouteConfig {
             if let first = seen[route.match] {
                 let item = items[route.index]
                 item.log.report(.duplicateRoute, "\(item.path).\(key)",
-                                "routes[\(first)] already has \(key) \"\(text)\" (line \(items[first].node.line))",
+                                "the same \(key) \"\(text)\" as routes[\(first)]",
                                 line: item.node.line)
             } else {
                 seen[route.match] = route.index

@@ -145,20 +145,15 @@ public struct LogConfig: Sendable, Equatable {
         }
     }
 
-    public enum Format: String, CaseIterable, Sendable {
-        case json, text
-    }
-
+    /// Lines are always JSON objects: one format for log shippers to parse.
     public let level: Level
-    public let format: Format
 
-    public init(level: Level = .info, format: Format = .json) {
+    public init(level: Level = .info) {
         self.level = level
-        self.format = format
     }
 
     static func read(_ section: ConfigMapping) -> LogConfig {
         defer { section.finish() }
-        return LogConfig(level: section.choice("level", default: .info), format: section.choice("format", default: .json))
+        return LogConfig(level: section.choice("level", default: .info))
     }
 }

@@ -8,6 +8,8 @@ struct AssertGate {
     let store: AttestStore
     let keyCache: KeyCache
     let metrics: Metrics
+    let apps: [AppID]
+    let environments: [AppAttestEnvironment]
 
     struct Passed {
         let keyId: String
@@ -42,6 +44,13 @@ struct AssertGate {
             challenge = nil
         }
         let key = try publicKey(for: keyId)
+        // Apps and environments removed from the config stop working at once, not only for new keys.
+        guard apps.contains(key.appID) else {
+            throw .verification(VerificationError(.appIdMismatch, "the key belongs to \(key.appID), which is no longer configured"))
+        }
+        guard environments.contains(key.environment) else {
+            throw .verification(VerificationError(.environmentMismatch, "the key was attested in \(key.environment.rawValue), which is no longer accepted"))
+        }
         let verified: VerifiedAssertion
         do {
             verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: key.publicKey,
@@ -55,7 +64,8 @@ struct AssertGate {
         let storeStart = DispatchTime.now().uptimeNanoseconds
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
         try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter, window: route.counterWindow)
-        return Passed(keyId: keyIdText, counter: verified.counter)
+        // The upstream sees one spelling of the key id whatever base64 flavour the client used.
+        return Passed(keyId: Base64.encode(keyId), counter: verified.counter)
     }
 
     private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) {

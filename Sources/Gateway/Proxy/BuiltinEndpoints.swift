@@ -7,6 +7,9 @@ import Upstream
 ///   POST {prefix}/attest/verify               → {"key_id","attestation","challenge"} registers the key
 ///   GET  {prefix}/assert/challenge[?key_id=]  → text/plain challenge for the next assertion
 struct BuiltinEndpoints {
+    /// A registration carries a base64 attestation (≤ 64 KiB raw) and two short fields.
+    static let registrationBodyLimit = 128 * 1024
+
     let runtime: GatewayRuntime
     let keyCache: KeyCache
     let metrics: Metrics
@@ -17,6 +20,8 @@ struct BuiltinEndpoints {
         case assertChallenge = "/assert/challenge"
 
         var method: String { self == .attestVerify ? "POST" : "GET" }
+
+        var maxBodyBytes: Int { self == .attestVerify ? BuiltinEndpoints.registrationBodyLimit : 0 }
     }
 
     func endpoint(for path: String) -> Endpoint? {

@@ -18,14 +18,16 @@ public final class KeyCache: Sendable {
     }
 
     private let generations = Mutex(Generations())
+    /// 0 when caching is off (`key_cache_size: 0`).
     private let generationSize: Int
 
     public init(capacity: Int) {
-        generationSize = max(1, capacity / 2)
+        generationSize = capacity <= 0 ? 0 : max(1, capacity / 2)
     }
 
     public func entry(for keyId: [UInt8]) -> Entry? {
-        generations.withLock { state in
+        guard generationSize > 0 else { return nil }
+        return generations.withLock { state in
             if let entry = state.young[keyId] { return entry }
             guard let entry = state.old[keyId] else { return nil }
             Self.insert(keyId, entry, into: &state, generationSize: generationSize)
@@ -34,6 +36,7 @@ public final class KeyCache: Sendable {
     }
 
     public func store(_ entry: Entry, for keyId: [UInt8]) {
+        guard generationSize > 0 else { return }
         generations.withLock { Self.insert(keyId, entry, into: &$0, generationSize: generationSize) }
     }
 

@@ -23,9 +23,14 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     /// Swaps in a new configuration; requests already running finish with the old one.
     public func replace(_ runtime: GatewayRuntime) { current.withLock { $0 = runtime } }
 
+    /// Decided before the body is read: the built-in endpoints have their own limit (a registration
+    /// is ~10 KB of JSON), every route its configured one.
     public func maxBodyBytes(method: String, path: String) -> Int? {
         let runtime = self.runtime
         guard let decoded = PathDecoding.decode(path) else { return nil }
+        if let endpoint = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics).endpoint(for: decoded) {
+            return endpoint.maxBodyBytes
+        }
         if case .route(let route) = runtime.router.match(method: method, path: decoded) { return route.maxBodyBytes }
         return nil
     }
@@ -91,7 +96,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     /// marked `report_failed:<reason>` for the upstream (the gradual rollout Apple recommends).
     private func assertIdentity(_ request: HTTPRequest, path: String, route: RouteConfig, runtime: GatewayRuntime,
                                 record: RequestRecord) throws(GatewayError) -> Forwarder.Identity {
-        let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics)
+        let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
+                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments)
         do {
             let passed = try gate.check(request, decodedPath: path, route: route, record: record)
             record.decision = "verified"

@@ -24,9 +24,12 @@ struct StoreScripts: Sendable {
 
     /// Accepts one assertion or changes nothing (but the challenge). Checks in order: key known, not
     /// revoked, challenge fresh, counter new. Counter rule: above the highest accepted; or, with a window
-    /// N > 0, within the N-1 counters below the highest and not accepted before (requests that overtook
-    /// each other). KEYS[1] record, KEYS[2] window, KEYS[3] assertion challenge (absent when the route
-    /// binds no challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds).
+    /// N > 0, within the N-1 counters below the highest, above `window_floor`, and not accepted before
+    /// (requests that overtook each other). A window-0 commit does not track which counters below the
+    /// highest were used, so it raises `window_floor` to the new highest: nothing at or below it is ever
+    /// accepted again, whatever window a later route (or a reloaded config) uses.
+    /// KEYS[1] record, KEYS[2] window, KEYS[3] assertion challenge (absent when the route binds no
+    /// challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds).
     /// Answers {'accepted', previous highest} or {reason code}.
     let commitAssertion = LuaScript(name: "commit_assertion", source: """
         local challengeFresh = true
@@ -34,20 +37,25 @@ struct StoreScripts: Sendable {
           challengeFresh = redis.call('GET', KEYS[3]) == 'assert'
           redis.call('DEL', KEYS[3])
         end
-        local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked')
+        local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked', 'window_floor')
         if not record[1] then return {'key_unknown'} end
         if record[2] == '1' then return {'key_revoked'} end
         if not challengeFresh then return {'challenge_unknown'} end
         local highest = tonumber(record[1])
+        local floor = tonumber(record[3] or '0')
         local counter = tonumber(ARGV[1])
         local window = tonumber(ARGV[2])
         if counter > highest then
           if window > 0 then
             redis.call('ZADD', KEYS[2], highest, record[1])
             redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', counter - window)
+            redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3])
+          else
+            redis.call('DEL', KEYS[2])
+            redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3], 'window_floor', ARGV[1])
           end
-          redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3])
-        elseif counter > highest - window and counter < highest and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+        elseif counter > highest - window and counter > floor and counter < highest
+            and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
           redis.call('ZADD', KEYS[2], counter, ARGV[1])
           redis.call('HSET', KEYS[1], 'last_used_at', ARGV[3])
         else
