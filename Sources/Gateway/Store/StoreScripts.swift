@@ -24,7 +24,7 @@ struct StoreScripts: Sendable {
 
     /// Accepts one assertion or changes nothing (but the challenge). Checks in order: key known, not
     /// revoked, challenge fresh, counter new. Counter rule: above the highest accepted; or, with a window
-    /// N > 0, within the N-1 counters below the highest, above `window_floor`, and not accepted before
+    /// N > 0, one of the N counters below the highest, above `window_floor`, and not accepted before
     /// (requests that overtook each other). A window-0 commit does not track which counters below the
     /// highest were used, so it raises `window_floor` to the new highest: nothing at or below it is ever
     /// accepted again, whatever window a later route (or a reloaded config) uses.
@@ -48,13 +48,13 @@ struct StoreScripts: Sendable {
         if counter > highest then
           if window > 0 then
             redis.call('ZADD', KEYS[2], highest, record[1])
-            redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', counter - window)
+            redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (counter - window))
             redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3])
           else
             redis.call('DEL', KEYS[2])
             redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3], 'window_floor', ARGV[1])
           end
-        elseif counter > highest - window and counter > floor and counter < highest
+        elseif window > 0 and counter >= highest - window and counter > floor and counter < highest
             and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
           redis.call('ZADD', KEYS[2], counter, ARGV[1])
           redis.call('HSET', KEYS[1], 'last_used_at', ARGV[3])
