@@ -108,6 +108,8 @@ final class AssertRouteTests: XCTestCase {
         let missing = try env.request("POST", "/secure/x", body: [1])
         XCTAssertEqual(missing.status, 401)
         XCTAssertEqual(missing.error, "assertion_missing")
+        XCTAssertEqual(missing.headers.values(named: "X-Attest-Error"), ["assertion_missing"])
+        XCTAssertEqual(try env.request("GET", "/public/fine").headers.values(named: "X-Attest-Error"), [])
         let app = try registeredApp()
         var request = try app.signed("POST", "/secure/x", body: [1])
         request.headers[2] = HTTPField("X-App-Attest-Assertion", "not base64!")

@@ -50,6 +50,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.status = error.status
             record.finish(log: log, metrics: metrics)
             var response = HTTPResponse.error(status: error.status, reason: error.reasonCode, message: error.message)
+            // Tells the app this JSON error is the gateway's, not one the upstream API returned.
+            response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
             response.headers.append(HTTPField("X-Request-Id", record.requestId))
             if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
             return response
