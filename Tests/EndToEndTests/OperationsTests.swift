@@ -78,10 +78,40 @@ final class OperationsTests: XCTestCase {
         }
         Thread.sleep(forTimeInterval: 0.3)
         env.gateway.process.signal(SIGTERM)
+        Thread.sleep(forTimeInterval: 0.1)
+        let readiness = try env.admin("/readyz")
+        XCTAssertEqual(readiness.status, 503, "not ready while draining")
+        XCTAssertEqual(readiness.error, "draining")
         XCTAssertEqual(group.wait(timeout: .now() + 5), .success)
         XCTAssertEqual(status.values, [200], "the request in flight finishes")
         XCTAssertEqual(env.gateway.process.waitForExit(timeout: 5), 0)
         XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "stopped" })
+    }
+
+    func testRequestsTheServerRefusesItselfAreLoggedAndCounted() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let raw = try RawHTTPClient(port: env.gateway.port)
+        try raw.send("POST /public/x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n")
+        XCTAssertEqual(try raw.readResponse(method: "POST").status, 501)
+        let logged = env.gateway.waitForEvent { $0["decision"] as? String == "rejected" }
+        XCTAssertEqual(logged?["reason"] as? String, "unsupported_transfer_encoding")
+        XCTAssertEqual(logged?["path"] as? String, "/public/x")
+        XCTAssertTrue(try env.admin("/metrics").text.contains("decision=\"rejected\",reason=\"unsupported_transfer_encoding\""))
+    }
+
+    func testReloadRaisesARouteBodyLimitWithoutRestart() throws {
+        let env = try GatewayEnvironment(routes: """
+              - { path_prefix: "/", upstream: echo, policy: pass, max_body_bytes: 1000 }
+        """)
+        defer { env.stop() }
+        let body = [UInt8](repeating: 7, count: 300_000)
+        XCTAssertEqual(try env.request("POST", "/upload", body: body).status, 413)
+        try env.reload(routes: """
+              - { path_prefix: "/", upstream: echo, policy: pass, max_body_bytes: 2097152 }
+        """)
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "config_reloaded" })
+        XCTAssertEqual(try env.request("POST", "/upload", body: body).status, 200)
     }
 
     func testInvalidConfigRefusesToStartAndCheckConfigExplains() throws {

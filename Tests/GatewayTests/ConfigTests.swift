@@ -104,7 +104,7 @@ final class ConfigTests: XCTestCase {
             RouteConfig(match: .prefix("/admin/"), upstream: nil, policy: .deny, maxBodyBytes: 4096, index: 2),
             RouteConfig(match: .prefix("/"), upstream: "api", policy: .pass, maxBodyBytes: 4096, index: 3),
         ])
-        XCTAssertEqual(config.listenerLimits.maxBodyBytes, 131_072, "raised to the largest limit: here the registration endpoint's")
+        XCTAssertEqual(config.listenerLimits.maxBodyBytes, 256 * 1024 * 1024, "routes' limits apply per request")
     }
 
     func testDefaultsFillEverythingOptional() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Upstream
 import Gateway
+import TestSupport
 import XCTest
 
 /// The MHD server over real loopback sockets, driven by a raw client so framing is exact.

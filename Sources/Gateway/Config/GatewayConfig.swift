@@ -29,11 +29,12 @@ public struct GatewayConfig: Sendable {
 
     public func upstream(named name: String) -> UpstreamConfig? { upstreams.first { $0.name == name } }
 
-    /// Limits for the inbound listener: the server's, with the body limit raised to the largest route's, since
-    /// each route's own limit is applied per request (`HTTPHandler.maxBodyBytes`).
+    /// Limits for the inbound listener: the server's, with the body ceiling at the most any route may set,
+    /// since the handler applies each route's own limit per request (`HTTPHandler.maxBodyBytes`) — so a
+    /// reload can raise a route's limit without a restart.
     public var listenerLimits: ServerLimits {
         var limits = server
-        limits.maxBodyBytes = routes.map(\.maxBodyBytes).reduce(max(server.maxBodyBytes, BuiltinEndpoints.registrationBodyLimit), max)
+        limits.maxBodyBytes = GatewayConfig.maxBodyCeiling
         return limits
     }
 

@@ -101,10 +101,13 @@ public protocol HTTPHandler: AnyObject, Sendable {
     /// The largest body accepted for a request to `path` (raw) with `method`, decided before the body is read;
     /// nil leaves `ServerLimits.maxBodyBytes`. The smaller of the two applies.
     func maxBodyBytes(method: String, path: String) -> Int?
+    /// The server answered `status` itself (bad framing, bad target, body too large): for logs and metrics.
+    func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String)
 }
 
 extension HTTPHandler {
     public func maxBodyBytes(method: String, path: String) -> Int? { nil }
+    public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {}
 }
 
 /// Resource bounds of the inbound server.

@@ -213,15 +213,15 @@ private struct Exchange {
         // Visible ASCII only (RFC 9112); no "#": an upstream cutting the target at a fragment would see
         // another path than the one routed here.
         guard path.hasPrefix("/"), request.rawTarget.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 }) else {
-            return queue(.error(status: 400, reason: "bad_request_target",
-                                message: "the request target must be an absolute path of visible ASCII without a fragment"))
+            return reject(status: 400, reason: "bad_request_target",
+                          message: "the request target must be an absolute path of visible ASCII without a fragment")
         }
         let headers = connectionHeaders()
         let framing: RequestFraming
         switch RequestFraming.judge(headers, httpVersion: version) {
         case .success(let judged): framing = judged
         case .failure(let violation):
-            return queue(.error(status: violation.status, reason: violation.reason, message: violation.message))
+            return reject(status: violation.status, reason: violation.reason, message: violation.message)
         }
         let limit = min(server.limits.maxBodyBytes,
                         server.handler.maxBodyBytes(method: method, path: path) ?? server.limits.maxBodyBytes)
@@ -251,7 +251,14 @@ private struct Exchange {
     }
 
     private func tooLarge(_ limit: Int) -> MHD_Result {
-        queue(.error(status: 413, reason: "body_too_large", message: "request body exceeds \(limit) bytes"))
+        reject(status: 413, reason: "body_too_large", message: "request body exceeds \(limit) bytes")
+    }
+
+    /// An answer the server gives on its own, before the handler saw the request: reported to the handler
+    /// so it is logged and counted like every other request.
+    private func reject(status: Int, reason: String, message: String) -> MHD_Result {
+        server.handler.rejected(method: method, target: request.rawTarget, clientAddress: clientAddress(), status: status, reason: reason)
+        return queue(.error(status: status, reason: reason, message: message))
     }
 
     private func splitTarget(_ target: String) -> (path: String, query: String?) {

@@ -1,10 +1,13 @@
 import Foundation
+import Synchronization
 import Upstream
 
 /// The admin listener: /healthz (process up), /readyz (Redis reachable), /metrics (Prometheus text).
 /// Kept off the public port so probes and scrapes never compete with, or leak to, API clients.
 final class AdminHandler: HTTPHandler, @unchecked Sendable {
     private let proxy: ProxyHandler
+    /// Set when SIGTERM starts the drain: /readyz then says 503 so load balancers stop sending.
+    let draining = Atomic<Bool>(false)
 
     init(proxy: ProxyHandler) {
         self.proxy = proxy
@@ -18,6 +21,9 @@ final class AdminHandler: HTTPHandler, @unchecked Sendable {
         case "/healthz":
             return text(200, "ok\n")
         case "/readyz":
+            if draining.load(ordering: .relaxed) {
+                return HTTPResponse.error(status: 503, reason: "draining", message: "the gateway is shutting down")
+            }
             return proxy.runtime.store.ping() ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
         case "/metrics":
             let gauges = [(name: "gateway_key_cache_entries", help: "Public keys cached in process.", value: Double(proxy.keyCache.count))]

@@ -24,15 +24,24 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     public func replace(_ runtime: GatewayRuntime) { current.withLock { $0 = runtime } }
 
     /// Decided before the body is read: the built-in endpoints have their own limit (a registration
-    /// is ~10 KB of JSON), every route its configured one.
+    /// is ~10 KB of JSON), every route its configured one, anything else `server.max_body_bytes`.
     public func maxBodyBytes(method: String, path: String) -> Int? {
         let runtime = self.runtime
-        guard let decoded = PathDecoding.decode(path) else { return nil }
+        guard let decoded = PathDecoding.decode(path) else { return runtime.config.server.maxBodyBytes }
         if let endpoint = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics).endpoint(for: decoded) {
             return endpoint.maxBodyBytes
         }
         if case .route(let route) = runtime.router.match(method: method, path: decoded) { return route.maxBodyBytes }
-        return nil
+        return runtime.config.server.maxBodyBytes
+    }
+
+    public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {
+        let record = RequestRecord(requestId: RequestID.accept([]), method: method,
+                                   path: String(target.prefix { $0 != "?" }.prefix(512)), bytesIn: 0)
+        record.decision = "rejected"
+        record.reason = reason
+        record.status = status
+        record.finish(log: log, metrics: metrics)
     }
 
     public func handle(_ request: HTTPRequest) -> HTTPResponse {

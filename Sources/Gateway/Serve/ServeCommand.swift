@@ -66,6 +66,7 @@ final class Server: @unchecked Sendable {
     private let handler: ProxyHandler
     private let proxyServer: MHDServer
     private let adminServer: MHDServer
+    private let admin: AdminHandler
     private let stopped = DispatchSemaphore(value: 0)
     private var signalSources: [DispatchSourceSignal] = []
     private let signalQueue = DispatchQueue(label: "gateway.signals")
@@ -76,8 +77,9 @@ final class Server: @unchecked Sendable {
         Server.announce(config, log: log)
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config), metrics: metrics, log: log)
         proxyServer = try MHDServer(address: config.listen.description, limits: config.listenerLimits, handler: handler)
+        admin = AdminHandler(proxy: handler)
         adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
-                                    handler: AdminHandler(proxy: handler))
+                                    handler: admin)
         if !handler.runtime.store.ping() {
             log.event(.warn, "store_unreachable", ["redis": (try? RedisEndpoint.parse(url: config.redis.url))?.redacted ?? "?",
                                                    "message": "Redis does not answer: assert routes will fail with 503 until it does"])
@@ -119,8 +121,12 @@ final class Server: @unchecked Sendable {
         do {
             let config = try loader.load()
             let running = handler.runtime.config
-            if config.listen != running.listen || config.adminListen != running.adminListen {
-                log.event(.warn, "listen_change_ignored", ["message": "listen and admin_listen change only on restart"])
+            let fixedAtStart = [("listen", config.listen != running.listen), ("admin_listen", config.adminListen != running.adminListen),
+                                ("server", config.server.withoutBodyLimit != running.server.withoutBodyLimit),
+                                ("app_attest.key_cache_size", config.appAttest.keyCacheSize != running.appAttest.keyCacheSize)]
+            let ignored = fixedAtStart.filter(\.1).map(\.0)
+            if !ignored.isEmpty {
+                log.event(.warn, "restart_needed", ["keys": ignored, "message": "these settings change only on restart; the rest was reloaded"])
             }
             Server.announce(config, log: log)
             handler.replace(try GatewayRuntime.build(config, previous: handler.runtime))
@@ -136,6 +142,7 @@ final class Server: @unchecked Sendable {
 
     private func drain(seconds: Int) {
         log.event(.info, "draining", ["in_flight": proxyServer.inFlightRequests, "timeout_seconds": seconds])
+        admin.draining.store(true, ordering: .relaxed)
         proxyServer.quiesce()
         let deadline = Date().addingTimeInterval(Double(seconds))
         while proxyServer.inFlightRequests > 0, Date() < deadline { usleep(20_000) }
@@ -143,5 +150,14 @@ final class Server: @unchecked Sendable {
         proxyServer.stop()
         adminServer.stop()
         log.event(.info, "stopped", ["abandoned_requests": abandoned])
+    }
+}
+
+extension ServerLimits {
+    /// The listener settings fixed at start-up (the body limit is applied per request, so it reloads).
+    var withoutBodyLimit: ServerLimits {
+        var limits = self
+        limits.maxBodyBytes = 0
+        return limits
     }
 }

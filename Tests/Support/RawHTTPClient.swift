@@ -2,27 +2,27 @@ import Glibc
 
 /// A blocking loopback HTTP/1.1 client speaking raw bytes, so tests control framing exactly and can see
 /// chunk boundaries. Every read is bounded by a receive timeout.
-final class RawHTTPClient {
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+public final class RawHTTPClient {
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
     }
 
-    struct Response {
-        let status: Int
-        let headers: [(name: String, value: String)]
-        let body: [UInt8]
+    public struct Response {
+        public let status: Int
+        public let headers: [(name: String, value: String)]
+        public let body: [UInt8]
 
-        func header(_ name: String) -> String? {
+        public func header(_ name: String) -> String? {
             headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
-        var text: String { String(decoding: body, as: UTF8.self) }
+        public var text: String { String(decoding: body, as: UTF8.self) }
     }
 
     private let socket: Int32
     private var buffer: [UInt8] = []
     private var isOpen = true
 
-    init(port: Int, timeoutSeconds: Int = 5) throws {
+    public init(port: Int, timeoutSeconds: Int = 5) throws {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw Failure(description: "socket() failed") }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
@@ -46,15 +46,15 @@ final class RawHTTPClient {
     deinit { disconnect() }
 
     /// Closes the connection from the client side.
-    func disconnect() {
+    public func disconnect() {
         guard isOpen else { return }
         isOpen = false
         close(socket)
     }
 
-    func send(_ text: String) throws { try send(Array(text.utf8)) }
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
-    func send(_ bytes: [UInt8]) throws {
+    public func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
             let count = bytes[sent...].withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -64,7 +64,7 @@ final class RawHTTPClient {
     }
 
     /// Status line and headers.
-    func readHead() throws -> (status: Int, headers: [(name: String, value: String)]) {
+    public func readHead() throws -> (status: Int, headers: [(name: String, value: String)]) {
         let statusLine = try readLine()
         let parts = statusLine.split(separator: " ")
         guard parts.count >= 2, let status = Int(parts[1]) else {
@@ -80,7 +80,7 @@ final class RawHTTPClient {
     }
 
     /// One chunk of a chunked body; nil for the last (empty) chunk, after which the trailer is consumed.
-    func readChunk() throws -> [UInt8]? {
+    public func readChunk() throws -> [UInt8]? {
         let sizeLine = try readLine()
         guard let size = Int(sizeLine.split(separator: ";")[0], radix: 16) else {
             throw Failure(description: "bad chunk size \(sizeLine)")
@@ -95,7 +95,7 @@ final class RawHTTPClient {
     }
 
     /// A whole response, body framed by Content-Length, chunked coding, or the connection's end.
-    func readResponse(method: String = "GET") throws -> Response {
+    public func readResponse(method: String = "GET") throws -> Response {
         let head = try readHead()
         let headers = head.headers
         let find = { (name: String) in headers.first { $0.name.lowercased() == name }?.value }
@@ -112,14 +112,14 @@ final class RawHTTPClient {
     }
 
     /// Everything until the peer closes.
-    func readToEnd() throws -> [UInt8] {
+    public func readToEnd() throws -> [UInt8] {
         while try fill() {}
         defer { buffer = [] }
         return buffer
     }
 
     /// True when the peer closes (or resets) the connection before sending anything more.
-    func peerClosed() -> Bool {
+    public func peerClosed() -> Bool {
         guard buffer.isEmpty else { return false }
         var byte: UInt8 = 0
         let count = recv(socket, &byte, 1, 0)
