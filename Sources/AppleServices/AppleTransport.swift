@@ -59,6 +59,7 @@ public struct AppleCall: Sendable {
     public let attempt: Int
     /// nil when no HTTP answer arrived.
     public let status: Int?
+    /// Seconds from sending to the whole answer (or the failure).
     public let latency: TimeInterval
     /// "ok", or the reason code this attempt failed with (an `AppleServiceError` code).
     public let outcome: String
@@ -117,30 +118,22 @@ final class AppleTransport: Sendable {
     /// Sends until an answer that is not 429/5xx, a transport success, or the attempts run out. 400 and
     /// 401 become errors here (a 401 also drops the cached JWT); every other status goes to `decode`,
     /// which throws for the ones the endpoint does not document.
-    func post<Result>(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?, authorization: Authorization,
-                      decode: (Int, [UInt8]) throws(AppleServiceError) -> Result) throws(AppleServiceError) -> Result {
+    func post<Value>(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?, authorization: Authorization,
+                     decode: (Int, [UInt8]) throws(AppleServiceError) -> Value) throws(AppleServiceError) -> Value {
         var attempt = 1
         while true {
             let started = Date()
-            let outcome: Swift.Result<Result, AppleServiceError>
             var status: Int?
             do throws(AppleServiceError) {
                 let (code, reply) = try exchange(endpoint, body: body, contentType: contentType, authorization: authorization)
                 status = code
-                outcome = .success(try classify(code, reply, decode: decode))
+                let value = try classify(code, reply, decode: decode)
+                report(endpoint, attempt, status, started, outcome: "ok", willRetry: false)
+                return value
             } catch {
-                outcome = .failure(error)
-            }
-            let retry: Bool
-            switch outcome {
-            case .success: retry = false
-            case .failure(let error): retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
-            }
-            report(endpoint, attempt: attempt, status: status, started: started, outcome: outcome, willRetry: retry)
-            switch outcome {
-            case .success(let value): return value
-            case .failure(let error) where !retry: throw error
-            case .failure: break
+                let retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
+                report(endpoint, attempt, status, started, outcome: error.reasonCode, willRetry: retry)
+                guard retry else { throw error }
             }
             Thread.sleep(forTimeInterval: options.retry.delay(afterAttempt: attempt, random: Double.random(in: 0...1)))
             attempt += 1
@@ -162,8 +155,8 @@ final class AppleTransport: Sendable {
         }
     }
 
-    private func classify<Result>(_ status: Int, _ body: [UInt8],
-                                  decode: (Int, [UInt8]) throws(AppleServiceError) -> Result) throws(AppleServiceError) -> Result {
+    private func classify<Value>(_ status: Int, _ body: [UInt8],
+                                 decode: (Int, [UInt8]) throws(AppleServiceError) -> Value) throws(AppleServiceError) -> Value {
         switch status {
         case 400:
             throw .rejectedToken("HTTP 400: \(Self.excerpt(body))")
@@ -177,16 +170,10 @@ final class AppleTransport: Sendable {
         }
     }
 
-    private func report<Result>(_ endpoint: AppleEndpoint, attempt: Int, status: Int?, started: Date,
-                                outcome: Swift.Result<Result, AppleServiceError>, willRetry: Bool) {
-        guard let observer = options.observer else { return }
-        let code: String
-        switch outcome {
-        case .success: code = "ok"
-        case .failure(let error): code = error.reasonCode
-        }
-        observer(AppleCall(endpoint: endpoint, attempt: attempt, status: status, latency: Date().timeIntervalSince(started),
-                           outcome: code, willRetry: willRetry))
+    private func report(_ endpoint: AppleEndpoint, _ attempt: Int, _ status: Int?, _ started: Date, outcome: String,
+                        willRetry: Bool) {
+        options.observer?(AppleCall(endpoint: endpoint, attempt: attempt, status: status,
+                                    latency: Date().timeIntervalSince(started), outcome: outcome, willRetry: willRetry))
     }
 
     private static func isRetryable(_ error: AppleServiceError) -> Bool {

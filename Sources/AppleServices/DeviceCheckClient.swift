@@ -44,8 +44,8 @@ public final class DeviceCheckClient: Sendable {
     }
 
     /// One transaction id and timestamp per call, kept across its retries (it is one transaction).
-    private func post<Result>(_ endpoint: AppleEndpoint, deviceToken: String, bits: (Bool, Bool)?,
-                              decode: ([UInt8]) throws(AppleServiceError) -> Result) throws(AppleServiceError) -> Result {
+    private func post<Value>(_ endpoint: AppleEndpoint, deviceToken: String, bits: (Bool, Bool)?,
+                              decode: ([UInt8]) throws(AppleServiceError) -> Value) throws(AppleServiceError) -> Value {
         guard !deviceToken.isEmpty, deviceToken.utf8.count <= Self.maxDeviceTokenBytes, Base64.decode(deviceToken) != nil else {
             throw .rejectedToken("the device token is not base64 of at most \(Self.maxDeviceTokenBytes) bytes; not sent")
         }
