@@ -14,7 +14,8 @@ public struct AttestationReceipt: Sendable {
     public let attestedKeyField: [UInt8]
     /// The P-256 key of field 3.
     public let publicKey: P256PublicKey
-    /// Field 4: the clientDataHash the app passed to attestKey (ATTEST receipts).
+    /// Field 4: the clientDataHash the app passed to attestKey. Meaningful in ATTEST receipts only: in a real
+    /// RECEIPT it is that hash mangled into UTF-8 replacement characters, so nothing should compare it.
     public let clientHash: [UInt8]
     /// Field 5: Apple's opaque token (base64 text).
     public let token: String
