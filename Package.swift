@@ -26,6 +26,8 @@ let package = Package(
         .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
         // libcurl transport to the protected API.
         .target(name: "Upstream", dependencies: ["CCurl"]),
+        // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
+        .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
             "AssertionCheck", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
@@ -37,6 +39,7 @@ let package = Package(
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "TestSupport"]),
+        .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
         .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream", "TestSupport"]),
     ]
 )

@@ -206,3 +206,186 @@ enum X509Chain {
         }
     }
 }
+
+/// An ECDSA P-256 private key (an owned EVP_PKEY), such as the `.p8` key Apple issues for its server APIs.
+/// Never printed: `description` and the mirror are redacted, and no error message quotes the PEM.
+public final class P256PrivateKey: @unchecked Sendable, CustomStringConvertible, CustomReflectable {
+    private let key: OpaquePointer
+    public let publicKey: P256PublicKey
+
+    /// Accepts an unencrypted PEM private key: PKCS#8 ("BEGIN PRIVATE KEY", Apple's `.p8`) or SEC1
+    /// ("BEGIN EC PRIVATE KEY"). Encrypted keys are refused rather than prompting for a passphrase.
+    public init(pem: String) throws(VerificationError) {
+        let bytes = Array(pem.utf8)
+        // A non-NULL empty passphrase stops OpenSSL from asking the terminal for one.
+        var noPassphrase: [CChar] = [0]
+        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return noPassphrase.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(bio, nil, nil, $0.baseAddress) }
+        }
+        ERR_clear_error()
+        guard let parsed else {
+            throw VerificationError(.badPrivateKey, "not an unencrypted PEM private key")
+        }
+        guard let point = P256PublicKey.uncompressedPoint(parsed), let publicKey = try? P256PublicKey(point: point) else {
+            EVP_PKEY_free(parsed)
+            throw VerificationError(.badPrivateKey, "private key is not an EC P-256 key")
+        }
+        key = parsed
+        self.publicKey = publicKey
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    public var description: String { "P256PrivateKey(<redacted>)" }
+    public var customMirror: Mirror { Mirror(self, children: []) }
+
+    /// ES256 as JWS wants it: ECDSA-SHA256 over `message`, as the raw 64-byte R || S (not DER).
+    public func es256Signature(for message: [UInt8]) throws(VerificationError) -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw VerificationError(.badPrivateKey, "out of memory") }
+        defer { EVP_MD_CTX_free(context) }
+        var length = 0
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1,
+              EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
+            ERR_clear_error()
+            throw VerificationError(.badPrivateKey, "cannot sign with this key")
+        }
+        var der = [UInt8](repeating: 0, count: length)
+        guard EVP_DigestSign(context, &der, &length, message, message.count) == 1,
+              let raw = ECDSASignature.raw(fromDER: Array(der.prefix(length))) else {
+            ERR_clear_error()
+            throw VerificationError(.badPrivateKey, "signing failed")
+        }
+        return raw
+    }
+}
+
+/// The two encodings of a P-256 ECDSA signature: DER ECDSA-Sig-Value (X.509, CMS, App Attest assertions)
+/// and the fixed 64-byte R || S of JWS (RFC 7518 §3.4).
+public enum ECDSASignature {
+    /// nil unless `der` is exactly one DER ECDSA-Sig-Value whose R and S fit 32 bytes.
+    public static func raw(fromDER der: [UInt8]) -> [UInt8]? {
+        let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            let signature = d2i_ECDSA_SIG(nil, &cursor, buffer.count)
+            if let signature, cursor != buffer.baseAddress.map({ $0 + buffer.count }) {
+                ECDSA_SIG_free(signature)
+                return nil
+            }
+            return signature
+        }
+        ERR_clear_error()
+        guard let parsed else { return nil }
+        defer { ECDSA_SIG_free(parsed) }
+        var r: OpaquePointer? = nil
+        var s: OpaquePointer? = nil
+        ECDSA_SIG_get0(parsed, &r, &s)
+        var raw = [UInt8](repeating: 0, count: 64)
+        let written = raw.withUnsafeMutableBufferPointer { buffer in
+            (BN_bn2binpad(r, buffer.baseAddress, 32), BN_bn2binpad(s, buffer.baseAddress! + 32, 32))
+        }
+        return written == (32, 32) ? raw : nil
+    }
+
+    /// nil unless `raw` is 64 bytes.
+    public static func der(fromRaw raw: [UInt8]) -> [UInt8]? {
+        guard raw.count == 64, let signature = ECDSA_SIG_new() else { return nil }
+        defer { ECDSA_SIG_free(signature) }
+        guard let r = BN_bin2bn(raw, 32, nil) else { return nil }
+        guard let s = raw.withUnsafeBufferPointer({ BN_bin2bn($0.baseAddress! + 32, 32, nil) }) else {
+            BN_free(r)
+            return nil
+        }
+        guard ECDSA_SIG_set0(signature, r, s) == 1 else {
+            BN_free(r)
+            BN_free(s)
+            return nil
+        }
+        var output: UnsafeMutablePointer<UInt8>? = nil
+        let length = i2d_ECDSA_SIG(signature, &output)
+        guard length > 0, let output else { return nil }
+        defer { copenssl_free(output) }
+        return Array(UnsafeBufferPointer(start: output, count: Int(length)))
+    }
+}
+
+/// What a verified SignedData holds: its content and the certificate that signed it.
+struct SignedContent {
+    let content: [UInt8]
+    let signer: X509Certificate
+}
+
+/// A DER PKCS#7 SignedData that carries its content (an App Attest receipt), as an owned PKCS7.
+final class PKCS7SignedData {
+    private let pkcs7: UnsafeMutablePointer<PKCS7>
+
+    init(der: [UInt8]) throws(VerificationError) {
+        let parsed: UnsafeMutablePointer<PKCS7>? = der.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            let object = d2i_PKCS7(nil, &cursor, buffer.count)
+            if let object, cursor != buffer.baseAddress.map({ $0 + buffer.count }) {
+                PKCS7_free(object)
+                return nil
+            }
+            return object
+        }
+        ERR_clear_error()
+        guard let parsed else { throw VerificationError(.badFormat, "not a DER PKCS#7 object") }
+        guard OBJ_obj2nid(parsed.pointee.type) == NID_pkcs7_signed, parsed.pointee.d.sign != nil else {
+            PKCS7_free(parsed)
+            throw VerificationError(.badFormat, "PKCS#7 object is not SignedData")
+        }
+        pkcs7 = parsed
+    }
+
+    deinit { PKCS7_free(pkcs7) }
+
+    /// Checks the one signer's signature over the embedded content, then the signer's chain (through the
+    /// certificates embedded beside it) to `anchor` at `time`. Throws `signature_invalid` for a bad signature
+    /// and X509Chain's reasons for the chain.
+    func verify(anchor: X509Certificate, at time: Date) throws(VerificationError) -> SignedContent {
+        let (content, signer) = try verifiedSignature()
+        let embedded = try certificates(pkcs7.pointee.d.sign.pointee.cert)
+        let signerDER = signer.derBytes
+        let intermediates = embedded.filter { $0.derBytes != signerDER }
+        try X509Chain.verify(leaf: signer, intermediates: intermediates, anchor: anchor, at: time)
+        return SignedContent(content: content, signer: signer)
+    }
+
+    private func verifiedSignature() throws(VerificationError) -> ([UInt8], X509Certificate) {
+        guard let signers = PKCS7_get0_signers(pkcs7, nil, 0) else {
+            ERR_clear_error()
+            throw VerificationError(.badFormat, "SignedData names no signer whose certificate it carries")
+        }
+        defer { copenssl_sk_X509_free(signers) }
+        guard copenssl_sk_X509_num(signers) == 1 else {
+            throw VerificationError(.badFormat, "SignedData must have exactly one signer")
+        }
+        let signer = try certificates(signers)[0]
+        guard let output = BIO_new(BIO_s_mem()) else { throw VerificationError(.badFormat, "out of memory") }
+        defer { BIO_free(output) }
+        // NOVERIFY: the chain is checked by X509Chain against the pinned anchor only, at the injected time.
+        let verified = PKCS7_verify(pkcs7, nil, nil, nil, output, PKCS7_NOVERIFY | PKCS7_BINARY) == 1
+        ERR_clear_error()
+        guard verified else { throw VerificationError(.signatureInvalid, "SignedData signature does not verify over its content") }
+        var content = [UInt8](repeating: 0, count: BIO_ctrl_pending(output))
+        let read = content.isEmpty ? 0 : BIO_read(output, &content, Int32(content.count))
+        return (Array(content.prefix(Int(max(read, 0)))), signer)
+    }
+
+    /// Owned copies of the certificates of an X509 stack that this object owns.
+    private func certificates(_ stack: OpaquePointer?) throws(VerificationError) -> [X509Certificate] {
+        guard let stack else { return [] }
+        var result = [X509Certificate]()
+        for index in 0..<copenssl_sk_X509_num(stack) {
+            guard let certificate = copenssl_sk_X509_value(stack, index) else { continue }
+            var output: UnsafeMutablePointer<UInt8>? = nil
+            let length = i2d_X509(certificate, &output)
+            guard length > 0, let output else { throw VerificationError(.badCertificate, "cannot encode an embedded certificate") }
+            defer { copenssl_free(output) }
+            result.append(try X509Certificate(der: Array(UnsafeBufferPointer(start: output, count: Int(length)))))
+        }
+        return result
+    }
+}

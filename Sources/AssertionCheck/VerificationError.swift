@@ -29,6 +29,17 @@ public struct VerificationError: Error, Equatable, Sendable, CustomStringConvert
         case pathMismatch = "path_mismatch"
         case queryMismatch = "query_mismatch"
         case bodyHashMismatch = "body_hash_mismatch"
+        // App Attest receipts (Apple's "Assessing fraud risk" validation).
+        case receiptInvalid = "receipt_invalid"
+        case receiptSignatureInvalid = "receipt_signature_invalid"
+        case receiptChainInvalid = "receipt_chain_invalid"
+        case receiptExpired = "receipt_expired"
+        case receiptNotYetValid = "receipt_not_yet_valid"
+        case receiptTooOld = "receipt_too_old"
+        case receiptAppIdMismatch = "receipt_app_id_mismatch"
+        case receiptKeyMismatch = "receipt_key_mismatch"
+        // Signing keys (the .p8 key for Apple's server APIs).
+        case badPrivateKey = "bad_private_key"
     }
 
     public let reason: Reason

@@ -1,0 +1,262 @@
+import AssertionCheck
+import Foundation
+import Glibc
+import Synchronization
+
+/// Apple's DeviceCheck and App Attest data servers as a test sees them: real HTTP/1.1 on 127.0.0.1 (a free
+/// port), which verifies every JWT's ES256 signature with the public half of the test key, checks request
+/// bodies like Apple documents, keeps two bits per device token, and can be told to answer otherwise.
+final class FakeAppleServer: @unchecked Sendable {
+    /// A scripted answer, used once, for the next request to a path (before any check).
+    enum Answer: Sendable {
+        case status(Int, String)
+        /// Wait this long, then answer normally.
+        case slow(TimeInterval)
+    }
+
+    struct Request: Sendable {
+        let path: String
+        let headers: [(name: String, value: String)]
+        let body: [UInt8]
+        let receivedAt: Date
+        /// Whether the Authorization header held a JWT signed by the test key with the expected claims.
+        let jwtVerified: Bool
+
+        func header(_ name: String) -> String? {
+            headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        }
+    }
+
+    static let invalidPayload = "Missing or incorrectly formatted device token payload"
+    static let invalidJWT = "Unable to verify authorization token"
+
+    let port: Int
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+    /// What attestationData answers with 200, base64-encoded: a real receipt Apple once returned.
+    let refreshedReceipt = RealRefreshedReceipt.bytes
+
+    private let listener: Int32
+    private let teamID: String
+    private let keyID: String
+    private let publicKey: P256PublicKey
+    private let state = Mutex(State())
+
+    private struct State {
+        var scripts: [String: [Answer]] = [:]
+        var requests: [Request] = []
+        var bits: [String: (bit0: Bool, bit1: Bool, month: String)] = [:]
+        var connections: Set<Int32> = []
+        var stopped = false
+    }
+
+    init(teamID: String, keyID: String, publicKey: P256PublicKey) throws {
+        self.teamID = teamID
+        self.keyID = keyID
+        self.publicKey = publicKey
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard listener >= 0 else { throw FakeServerError("socket() failed: errno \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(listener, pointer, length) == 0 && listen(listener, 16) == 0 && getsockname(listener, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            close(listener)
+            throw FakeServerError("cannot listen on 127.0.0.1: errno \(errno)")
+        }
+        self.listener = listener
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread { [self] in acceptLoop() }.start()
+    }
+
+    deinit { stop() }
+
+    /// Stops accepting and closes every open connection, which ends their threads.
+    func stop() {
+        let open: Set<Int32>? = state.withLock { state in
+            guard !state.stopped else { return nil }
+            state.stopped = true
+            return state.connections
+        }
+        guard let open else { return }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        for connection in open { shutdown(connection, Int32(SHUT_RDWR)) }
+    }
+
+    func script(_ path: String, _ answers: [Answer]) {
+        state.withLock { $0.scripts[path, default: []] += answers }
+    }
+
+    var requests: [Request] { state.withLock { $0.requests } }
+
+    func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
+
+    // MARK: - Connections
+
+    private func acceptLoop() {
+        while true {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }  // the listener was shut down
+            let admitted = state.withLock { state in
+                if !state.stopped { state.connections.insert(connection) }
+                return !state.stopped
+            }
+            guard admitted else {
+                close(connection)
+                return
+            }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            Thread { [self] in serve(connection) }.start()
+        }
+    }
+
+    /// Keep-alive: answers requests on the connection until the client closes it or the server stops.
+    private func serve(_ connection: Int32) {
+        var buffer: [UInt8] = []
+        while let (path, headers, body) = readRequest(connection, &buffer) {
+            let (status, text) = answer(path: path, headers: headers, body: body)
+            let bytes = Array(text.utf8)
+            let reason = status == 200 ? "OK" : "Status"
+            let head = "HTTP/1.1 \(status) \(reason)\r\nContent-Length: \(bytes.count)\r\nContent-Type: text/plain\r\n\r\n"
+            guard write(connection, Array(head.utf8) + bytes) else { break }
+        }
+        state.withLock { _ = $0.connections.remove(connection) }
+        close(connection)
+    }
+
+    private func readRequest(_ connection: Int32, _ buffer: inout [UInt8]) -> (String, [(name: String, value: String)], [UInt8])? {
+        let separator: [UInt8] = [13, 10, 13, 10]
+        var headEnd: Int?
+        while headEnd == nil {
+            headEnd = buffer.firstRange(of: separator)?.lowerBound
+            if headEnd == nil, !receive(connection, &buffer) { return nil }
+        }
+        let lines = String(decoding: buffer[..<headEnd!], as: UTF8.self).components(separatedBy: "\r\n")
+        let requestLine = lines[0].split(separator: " ")
+        guard requestLine.count == 3 else { return nil }
+        let headers = lines.dropFirst().compactMap { line -> (name: String, value: String)? in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        let length = headers.first { $0.name.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? 0
+        let bodyStart = headEnd! + separator.count
+        while buffer.count < bodyStart + length {
+            if !receive(connection, &buffer) { return nil }
+        }
+        let body = Array(buffer[bodyStart..<(bodyStart + length)])
+        buffer.removeFirst(bodyStart + length)
+        return (String(requestLine[1]), headers, body)
+    }
+
+    private func receive(_ connection: Int32, _ buffer: inout [UInt8]) -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        let count = recv(connection, &chunk, chunk.count, 0)
+        guard count > 0 else { return false }
+        buffer += chunk[..<count]
+        return true
+    }
+
+    private func write(_ connection: Int32, _ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { return false }
+            sent += count
+        }
+        return true
+    }
+
+    // MARK: - Apple's behaviour
+
+    private func answer(path: String, headers: [(name: String, value: String)], body: [UInt8]) -> (Int, String) {
+        let authorization = headers.first { $0.name.lowercased() == "authorization" }?.value ?? ""
+        let isDeviceCheck = path != "/v1/attestationData"
+        let bearer = "Bearer "
+        let token = isDeviceCheck ? (authorization.hasPrefix(bearer) ? String(authorization.dropFirst(bearer.count)) : "") : authorization
+        let verified = verifyJWT(token)
+        let scripted: Answer? = state.withLock { state in
+            state.requests.append(Request(path: path, headers: headers, body: body, receivedAt: Date(), jwtVerified: verified))
+            return state.scripts[path]?.isEmpty == false ? state.scripts[path]!.removeFirst() : nil
+        }
+        switch scripted {
+        case .status(let status, let text)?: return (status, text)
+        case .slow(let seconds)?: Thread.sleep(forTimeInterval: seconds)
+        case nil: break
+        }
+        guard verified else { return (401, Self.invalidJWT) }
+        switch path {
+        case "/v1/attestationData":
+            guard let receipt = Base64.decode(String(decoding: body, as: UTF8.self)), !receipt.isEmpty else {
+                return (400, "Bad receipt")
+            }
+            return (200, Base64.encode(refreshedReceipt))
+        case "/v1/validate_device_token", "/v1/query_two_bits", "/v1/update_two_bits":
+            return deviceCheck(path: path, body: body)
+        default:
+            return (404, "Not Found")
+        }
+    }
+
+    private func deviceCheck(path: String, body: [UInt8]) -> (Int, String) {
+        guard let payload = try? JSONDecoder().decode(Payload.self, from: Data(body)),
+              let token = Base64.decode(payload.device_token), !token.isEmpty, !token.starts(with: Array("bad".utf8)),
+              UUID(uuidString: payload.transaction_id) != nil,
+              abs(Double(payload.timestamp) / 1000 - Date().timeIntervalSince1970) < 300 else {
+            return (400, Self.invalidPayload)
+        }
+        switch path {
+        case "/v1/query_two_bits":
+            guard let bits = state.withLock({ $0.bits[payload.device_token] }) else { return (200, "Failed to find bit state") }
+            return (200, #"{"bit0":\#(bits.bit0),"bit1":\#(bits.bit1),"last_update_time":"\#(bits.month)"}"#)
+        case "/v1/update_two_bits":
+            guard payload.bit0 != nil || payload.bit1 != nil else { return (400, Self.invalidPayload) }
+            let month = String(ISO8601DateFormatter().string(from: Date()).prefix(7))
+            state.withLock { state in
+                let old = state.bits[payload.device_token]
+                state.bits[payload.device_token] = (payload.bit0 ?? old?.bit0 ?? false, payload.bit1 ?? old?.bit1 ?? false, month)
+            }
+            return (200, "")
+        default:
+            return (200, "")
+        }
+    }
+
+    /// The JWT Apple expects: {"alg":"ES256","kid":…} . {"iss":…,"iat":…} . raw R||S, base64url unpadded.
+    private func verifyJWT(_ token: String) -> Bool {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, parts.allSatisfy({ !$0.contains("=") && !$0.contains("+") && !$0.contains("/") }),
+              let headerBytes = Base64.decode(parts[0]), let claimsBytes = Base64.decode(parts[1]),
+              let signature = Base64.decode(parts[2]), signature.count == 64,
+              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: String],
+              header == ["alg": "ES256", "kid": keyID],
+              let claims = try? JSONDecoder().decode(Claims.self, from: Data(claimsBytes)), claims.iss == teamID,
+              abs(Double(claims.iat) - Date().timeIntervalSince1970) < 3600,
+              let der = ECDSASignature.der(fromRaw: signature) else { return false }
+        return publicKey.isValidSignature(der, for: Array("\(parts[0]).\(parts[1])".utf8))
+    }
+
+    private struct Claims: Decodable {
+        let iss: String
+        let iat: Int64
+    }
+
+    // Apple's own field names.
+    private struct Payload: Decodable {
+        let device_token: String
+        let transaction_id: String
+        let timestamp: Int64
+        let bit0: Bool?
+        let bit1: Bool?
+    }
+}
+
+struct FakeServerError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
