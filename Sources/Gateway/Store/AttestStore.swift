@@ -13,8 +13,8 @@ import Foundation
 public final class AttestStore: Sendable {
     public static let maxCounterWindow = 4096
     public let pool: RedisPool
-    private let keys: StoreKeys
-    private let scripts = StoreScripts()
+    let keys: StoreKeys
+    let scripts = StoreScripts()
 
     public init(pool: RedisPool, keyPrefix: String = "aag") throws(StoreError) {
         self.pool = pool
@@ -127,7 +127,7 @@ public final class AttestStore: Sendable {
         return Base64.encodeURLSafe((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
     }
 
-    private static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {
+    static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {
         guard case .integer(let value) = reply else { throw reply.storeError(context: "script \(script.name)") }
         return value
     }
@@ -137,9 +137,9 @@ public final class AttestStore: Sendable {
             throw reply.storeError(context: "script commit_assertion")
         }
         let code = String(decoding: status, as: UTF8.self)
-        if code == "accepted", items.count == 2, case .string(let previous) = items[1],
+        if code == "accepted", items.count == 3, case .string(let previous) = items[1], case .string(let risk) = items[2],
            let counter = UInt32(String(decoding: previous, as: UTF8.self)) {
-            return .accepted(previousCounter: counter)
+            return .accepted(previousCounter: counter, riskMetric: Int(String(decoding: risk, as: UTF8.self)))
         }
         guard let rejection = CommitRejection(rawValue: code) else {
             throw .unexpectedReply("script commit_assertion answered status \(code)")

@@ -15,6 +15,9 @@ public struct KeyRecord: Equatable, Sendable {
     public var revoked: Bool
     public var revokedReason: String?
     public var lastUsedAt: Date?
+    /// From the last receipt refresh (Apple's risk metric: roughly, keys attested on the device in 30 days).
+    public var riskMetric: Int?
+    public var receiptRefreshedAt: Date?
 
     public init(keyId: [UInt8], environment: AppAttestEnvironment, appID: String, publicKeySPKI: [UInt8],
                 counter: UInt32, receipt: [UInt8], createdAt: Date, revoked: Bool = false,
@@ -60,6 +63,8 @@ extension KeyRecord {
                   receipt: try hash.bytes("receipt"), createdAt: try hash.date("created_at"),
                   revoked: try hash.text("revoked") == "1", revokedReason: try hash.optional("revoked_reason", hash.text),
                   lastUsedAt: try hash.optional("last_used_at", hash.date))
+        riskMetric = try hash.optional("risk_metric", hash.number)
+        receiptRefreshedAt = try hash.optional("receipt_refreshed_at", hash.date)
     }
 
     static func seconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }

@@ -7,6 +7,8 @@ import AssertionCheck
 ///     <prefix>:{<key id>}:<environment>:win   sorted set: counters accepted below the highest (window > 0)
 ///     <prefix>:{<key id>}:ch:<challenge>      string "assert", TTL: an assertion challenge bound to the key
 ///     <prefix>:ch:{<challenge>}               string "attest", TTL: an attestation challenge (no key yet)
+///     <prefix>:dt:{<SHA-256 of device token>}  string, TTL: a DeviceCheck token already used once
+///     <prefix>:receipt-refresh                 sorted set: "<environment>:<key id>" by next refresh time
 ///
 /// The environment is part of the record's name, so development and production keys never share a
 /// record, but it sits outside the hash tag: a lookup by key id alone reads both environments in one
@@ -49,6 +51,23 @@ struct StoreKeys: Sendable {
     func records(keyId: [UInt8], environment: AppAttestEnvironment?) -> [[UInt8]] {
         let environments = environment.map { [$0] } ?? AppAttestEnvironment.allCases
         return environments.map { record(keyId: keyId, environment: $0) }
+    }
+
+    func usedDeviceToken(_ token: [UInt8]) -> [UInt8] {
+        Array("\(prefix):dt:{\(Bytes.hex(SHA256.hash(token)))}".utf8)
+    }
+
+    var receiptSchedule: [UInt8] { Array("\(prefix):receipt-refresh".utf8) }
+
+    static func scheduleMember(keyId: [UInt8], environment: AppAttestEnvironment) -> [UInt8] {
+        Array("\(environment.rawValue):\(Base64.encodeURLSafe(keyId))".utf8)
+    }
+
+    static func parseScheduleMember(_ member: [UInt8]) -> (keyId: [UInt8], environment: AppAttestEnvironment)? {
+        let text = String(decoding: member, as: UTF8.self)
+        guard let colon = text.firstIndex(of: ":"), let environment = AppAttestEnvironment(rawValue: String(text[..<colon])),
+              let keyId = Base64.decode(text[text.index(after: colon)...]) else { return nil }
+        return (keyId, environment)
     }
 
     private func tag(_ keyId: [UInt8]) -> String { "{\(Base64.encodeURLSafe(keyId))}" }

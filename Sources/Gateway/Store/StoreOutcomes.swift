@@ -20,7 +20,8 @@ public enum CommitRejection: String, Error, Equatable, Sendable {
 
 /// How an assertion commit ended.
 public enum CommitOutcome: Equatable, Sendable {
-    /// Recorded; `previousCounter` is the highest counter accepted before this one.
-    case accepted(previousCounter: UInt32)
+    /// Recorded; `previousCounter` is the highest counter accepted before this one; `riskMetric` is the
+    /// receipt risk metric last stored for the key (nil until a receipt refresh brought one).
+    case accepted(previousCounter: UInt32, riskMetric: Int? = nil)
     case rejected(CommitRejection)
 }

@@ -30,14 +30,14 @@ struct StoreScripts: Sendable {
     /// accepted again, whatever window a later route (or a reloaded config) uses.
     /// KEYS[1] record, KEYS[2] window, KEYS[3] assertion challenge (absent when the route binds no
     /// challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds).
-    /// Answers {'accepted', previous highest} or {reason code}.
+    /// Answers {'accepted', previous highest, risk metric or ''} or {reason code}.
     let commitAssertion = LuaScript(name: "commit_assertion", source: """
         local challengeFresh = true
         if KEYS[3] then
           challengeFresh = redis.call('GET', KEYS[3]) == 'assert'
           redis.call('DEL', KEYS[3])
         end
-        local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked', 'window_floor')
+        local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked', 'window_floor', 'risk_metric')
         if not record[1] then return {'key_unknown'} end
         if record[2] == '1' then return {'key_revoked'} end
         if not challengeFresh then return {'challenge_unknown'} end
@@ -61,7 +61,7 @@ struct StoreScripts: Sendable {
         else
           return {'counter_not_increasing'}
         end
-        return {'accepted', record[1]}
+        return {'accepted', record[1], record[4] or ''}
         """)
 
     /// The first existing record among KEYS (one key id, one record per environment) as HGETALL, or nil.
@@ -83,5 +83,29 @@ struct StoreScripts: Sendable {
           end
         end
         return revoked
+        """)
+
+    /// Stores a refreshed receipt and its risk metric on an existing record. KEYS[1] record.
+    /// ARGV[1] receipt, ARGV[2] risk metric ('' = none in this receipt), ARGV[3] now. Answers 1, or 0 when
+    /// the key is gone (then nothing is written).
+    let storeReceipt = LuaScript(name: "store_receipt", source: """
+        if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+        redis.call('HSET', KEYS[1], 'receipt', ARGV[1], 'receipt_refreshed_at', ARGV[3])
+        if ARGV[2] == '' then
+          redis.call('HDEL', KEYS[1], 'risk_metric')
+        else
+          redis.call('HSET', KEYS[1], 'risk_metric', ARGV[2])
+        end
+        return 1
+        """)
+
+    /// Takes one due entry of the receipt-refresh schedule for this gateway: moves it to ARGV[3] (a lease,
+    /// so another gateway does not refresh the same key meanwhile) if it is due at ARGV[2]. KEYS[1] the
+    /// schedule, ARGV[1] member. Answers 1 when this caller got it.
+    let claimReceiptRefresh = LuaScript(name: "claim_receipt_refresh", source: """
+        local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+        if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
+        redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+        return 1
         """)
 }
