@@ -30,12 +30,12 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
+            "AssertionCheck", "AppleServices", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
 
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
-        .target(name: "TestSupport", path: "Tests/Support"),
+        .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "TestSupport"]),

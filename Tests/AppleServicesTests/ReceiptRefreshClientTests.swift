@@ -1,6 +1,7 @@
 import AppleServices
 import AssertionCheck
 import Foundation
+import TestSupport
 import XCTest
 
 /// App Attest's attestationData exchange against the fake Apple server over real loopback HTTP.

@@ -1,5 +1,6 @@
 import AssertionCheck
 import Foundation
+import TestSupport
 import XCTest
 
 /// The receipts inside the real attestations of ../shared/vectors: each verifies against the key its

@@ -7,18 +7,10 @@ import TestSupport
 /// Test-only keys, made with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256` (PKCS#8, the
 /// form of Apple's .p8 files). They sign nothing but requests to the fake server.
 enum TestKeys {
-    static let teamID = "TEAM123456"
-    static let keyID = "KEY7654321"
-
-    static let signing = """
------BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg781t0NL4huX3umg3
-MUk/9v5QxCuhZ8Gh1W0sjaiKpgShRANCAASSeumlebQjFct3hlsq0HJHxolCOibJ
-9HMygWnq+Bdd7v4j+gOrXwes8QDhkhHpxzBuQwwSo4qE/Lm+PBVrc2LQ
------END PRIVATE KEY-----
-"""
-    /// `openssl pkey -in signing.p8 -pubout -outform DER | tail -c 65 | base64`
-    static let signingPublicPoint = "BJJ66aV5tCMVy3eGWyrQckfGiUI6Jsn0czKBaer4F13u/iP6A6tfB6zxAOGSEenHMG5DDBKjioT8ub48FWtzYtA="
+    static let teamID = AppleTestKey.teamID
+    static let keyID = AppleTestKey.keyID
+    static let signing = AppleTestKey.pem
+    static let signingPublicPoint = AppleTestKey.publicPoint
 
     /// A different P-256 key: Apple would not know it.
     static let other = """

@@ -2,7 +2,7 @@ import Foundation
 
 /// `apple:` — the team's server key for Apple's DeviceCheck and App Attest receipt APIs.
 /// Optional; routes that use DeviceCheck or the risk metric require it.
-public struct AppleConfig: Sendable {
+public struct AppleConfig: Sendable, Equatable {
     public let teamID: String
     public let keyID: String
     /// The `.p8` file (PKCS#8 PEM); relative paths are taken from the config file's folder.

@@ -14,6 +14,8 @@ struct AssertGate {
     struct Passed {
         let keyId: String
         let counter: UInt32
+        /// The receipt risk metric stored for the key, once a receipt refresh brought one.
+        let riskMetric: Int?
     }
 
     func check(_ request: HTTPRequest, decodedPath: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Passed {
@@ -63,12 +65,14 @@ struct AssertGate {
 
         let storeStart = DispatchTime.now().uptimeNanoseconds
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
-        try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter, window: route.counterWindow)
+        let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter,
+                                    window: route.counterWindow)
         // The upstream sees one spelling of the key id whatever base64 flavour the client used.
-        return Passed(keyId: Base64.encode(keyId), counter: verified.counter)
+        return Passed(keyId: Base64.encode(keyId), counter: verified.counter, riskMetric: riskMetric)
     }
 
-    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) {
+    /// Answers the key's stored risk metric.
+    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) -> Int? {
         let outcome: CommitOutcome
         do {
             outcome = try store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge,
@@ -77,7 +81,7 @@ struct AssertGate {
             throw GatewayError(error)
         }
         switch outcome {
-        case .accepted: return
+        case .accepted(_, let riskMetric): return riskMetric
         case .rejected(let rejection): throw GatewayError(rejection)
         }
     }

@@ -13,6 +13,7 @@ struct Forwarder {
     struct Identity {
         let status: String
         let keyId: String?
+        let riskMetric: Int?
     }
 
     func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
@@ -68,6 +69,7 @@ struct Forwarder {
         headers.append(HTTPField("X-Request-Id", requestId))
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
+        if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
         return headers
     }
 }

@@ -1,3 +1,4 @@
+import AppleServices
 import AssertionCheck
 import Upstream
 
@@ -22,6 +23,14 @@ public enum GatewayError: Error, Equatable {
     case upstreamUnavailable(String)
     case upstreamTimeout(String)
     case upstreamProtocolError(String)
+    case deviceTokenMissing
+    case deviceTokenInvalid(String)
+    case deviceTokenReused
+    case deviceFlagged(String)
+    case alreadyClaimed
+    case riskTooHigh(metric: Int, limit: Int)
+    case appleUnavailable(String)
+    case appleMisconfigured(String)
 
     public var reasonCode: String {
         switch self {
@@ -43,6 +52,14 @@ public enum GatewayError: Error, Equatable {
         case .upstreamUnavailable: return "upstream_unavailable"
         case .upstreamTimeout: return "upstream_timeout"
         case .upstreamProtocolError: return "upstream_protocol_error"
+        case .deviceTokenMissing: return "device_token_missing"
+        case .deviceTokenInvalid: return "device_token_invalid"
+        case .deviceTokenReused: return "device_token_reused"
+        case .deviceFlagged: return "device_flagged"
+        case .alreadyClaimed: return "already_claimed"
+        case .riskTooHigh: return "risk_too_high"
+        case .appleUnavailable: return "apple_unavailable"
+        case .appleMisconfigured: return "apple_misconfigured"
         }
     }
 
@@ -59,6 +76,10 @@ public enum GatewayError: Error, Equatable {
         case .storeUnavailable, .storeError: return 503
         case .upstreamUnavailable, .upstreamProtocolError: return 502
         case .upstreamTimeout: return 504
+        case .deviceTokenMissing, .deviceTokenInvalid: return 401
+        case .deviceTokenReused, .alreadyClaimed: return 409
+        case .deviceFlagged, .riskTooHigh: return 403
+        case .appleUnavailable, .appleMisconfigured: return 503
         }
     }
 
@@ -80,6 +101,14 @@ public enum GatewayError: Error, Equatable {
         case .upstreamUnavailable(let detail): return "the upstream is unavailable: \(detail)"
         case .upstreamTimeout(let detail): return "the upstream did not answer in time: \(detail)"
         case .upstreamProtocolError(let detail): return "the upstream answered with a malformed response: \(detail)"
+        case .deviceTokenMissing: return "this route needs an X-Apple-Device-Token header (DCDevice.generateToken, base64)"
+        case .deviceTokenInvalid(let detail): return "Apple did not accept the device token: \(detail)"
+        case .deviceTokenReused: return "this device token was already used; generate a new one"
+        case .deviceFlagged(let bits): return "the device is flagged (\(bits))"
+        case .alreadyClaimed: return "this device has already done this once"
+        case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
+        case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
+        case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
         }
     }
 
@@ -94,6 +123,14 @@ public enum GatewayError: Error, Equatable {
 }
 
 extension GatewayError {
+    init(_ error: AppleServiceError) {
+        switch error {
+        case .rejectedToken(let detail): self = .deviceTokenInvalid(detail)
+        case .authFailed(let detail), .invalidConfiguration(let detail): self = .appleMisconfigured(detail)
+        case .unavailable(let detail), .timeout(let detail), .badResponse(let detail): self = .appleUnavailable(detail)
+        }
+    }
+
     init(_ error: StoreError) {
         switch error {
         case .unavailable(let detail): self = .storeUnavailable(detail)

@@ -16,19 +16,22 @@ public final class GatewayRuntime: Sendable {
     let upstreams: [String: UpstreamBinding]
     public let store: AttestStore
     let attestationPolicy: AttestationPolicy
+    /// Apple's server APIs, when the config has an `apple:` section.
+    let apple: AppleRuntime?
 
-    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore) {
+    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
+        self.apple = apple
         attestationPolicy = AttestationPolicy(apps: config.appAttest.apps, environments: Set(config.appAttest.environments),
                                               trustAnchor: config.appAttest.trustAnchor)
     }
 
     /// Reuses what did not change since `previous`: upstream clients (and their kept-alive
-    /// connections) and the Redis pool.
-    public static func build(_ config: GatewayConfig, previous: GatewayRuntime? = nil) throws -> GatewayRuntime {
+    /// connections), the Redis pool and the Apple clients (and their cached JWT).
+    static func build(_ config: GatewayConfig, previous: GatewayRuntime? = nil, log: EventLog, metrics: Metrics) throws -> GatewayRuntime {
         var upstreams: [String: UpstreamBinding] = [:]
         for upstream in config.upstreams {
             let target = try UpstreamTarget(baseURL: upstream.url, connectTimeoutMs: upstream.connectTimeoutMs,
@@ -43,7 +46,15 @@ public final class GatewayRuntime: Sendable {
         } else {
             store = try makeStore(config.redis)
         }
-        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store)
+        var apple: AppleRuntime?
+        if let appleConfig = config.apple {
+            if let running = previous?.apple, running.config == appleConfig {
+                apple = running
+            } else {
+                apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
+            }
+        }
+        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple)
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {

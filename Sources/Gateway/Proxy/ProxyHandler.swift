@@ -84,41 +84,27 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         }
         record.route = route.name
         if request.body.count > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
-        let identity: Forwarder.Identity
+        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
+        let outcome: AssertRoute.Outcome
         switch route.policy {
         case .deny:
             throw .routeDenied
         case .pass:
             record.decision = "pass"
-            identity = Forwarder.Identity(status: "unverified", keyId: nil)
+            outcome = AssertRoute.Outcome(identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil), pendingClaim: nil)
         case .assert:
-            identity = try assertIdentity(request, path: path, route: route, runtime: runtime, record: record)
+            outcome = try assertRoute.decide(request, path: path, route: route, record: record)
         }
         guard let upstream = runtime.upstreams[route.upstream ?? ""] else { throw .routeNotFound }
+        let response: HTTPResponse
         do {
-            return try Forwarder(log: log, metrics: metrics).forward(request, to: upstream, identity: identity, record: record)
+            response = try Forwarder(log: log, metrics: metrics).forward(request, to: upstream, identity: outcome.identity, record: record)
         } catch {
             record.decision = "upstream_error"
             throw error
         }
-    }
-
-    /// Enforce mode: a failure ends the request. Report mode: it is logged and the request goes on,
-    /// marked `report_failed:<reason>` for the upstream (the gradual rollout Apple recommends).
-    private func assertIdentity(_ request: HTTPRequest, path: String, route: RouteConfig, runtime: GatewayRuntime,
-                                record: RequestRecord) throws(GatewayError) -> Forwarder.Identity {
-        let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
-                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments)
-        do {
-            let passed = try gate.check(request, decodedPath: path, route: route, record: record)
-            record.decision = "verified"
-            return Forwarder.Identity(status: "verified", keyId: passed.keyId)
-        } catch {
-            guard route.mode == .report else { throw error }
-            record.decision = "report_failed"
-            record.reason = error.reasonCode
-            return Forwarder.Identity(status: "report_failed:" + error.reasonCode, keyId: nil)
-        }
+        assertRoute.afterUpstream(status: response.status, outcome: outcome, route: route, record: record)
+        return response
     }
 }
 

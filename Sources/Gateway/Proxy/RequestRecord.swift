@@ -13,6 +13,7 @@ final class RequestRecord: @unchecked Sendable {
     var reason: String?
     var keyId: String?
     var counter: UInt32?
+    var riskMetric: Int?
     var upstreamStatus: Int?
     var status = 0
     var bytesIn = 0
@@ -44,6 +45,7 @@ final class RequestRecord: @unchecked Sendable {
         if let reason { fields["reason"] = reason }
         if let keyId { fields["key_id"] = String(keyId.prefix(12)) }
         if let counter { fields["counter"] = counter }
+        if let riskMetric { fields["risk_metric"] = riskMetric }
         if let upstreamStatus { fields["upstream_status"] = upstreamStatus }
         if let verifyMs { fields["verify_ms"] = RequestRecord.round(verifyMs) }
         if let storeMs { fields["store_ms"] = RequestRecord.round(storeMs) }

@@ -75,7 +75,7 @@ final class Server: @unchecked Sendable {
         self.loader = loader
         self.log = log
         Server.announce(config, log: log)
-        handler = ProxyHandler(runtime: try GatewayRuntime.build(config), metrics: metrics, log: log)
+        handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log)
         proxyServer = try MHDServer(address: config.listen.description, limits: config.listenerLimits, handler: handler)
         admin = AdminHandler(proxy: handler)
         adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
@@ -129,7 +129,7 @@ final class Server: @unchecked Sendable {
                 log.event(.warn, "restart_needed", ["keys": ignored, "message": "these settings change only on restart; the rest was reloaded"])
             }
             Server.announce(config, log: log)
-            handler.replace(try GatewayRuntime.build(config, previous: handler.runtime))
+            handler.replace(try GatewayRuntime.build(config, previous: handler.runtime, log: log, metrics: metrics))
             log.setLevel(config.log.level)
             log.event(.info, "config_reloaded", ["config": loader.path, "routes": config.routes.count])
         } catch let error as ConfigError {

@@ -6,34 +6,34 @@ import Synchronization
 /// Apple's DeviceCheck and App Attest data servers as a test sees them: real HTTP/1.1 on 127.0.0.1 (a free
 /// port), which verifies every JWT's ES256 signature with the public half of the test key, checks request
 /// bodies like Apple documents, keeps two bits per device token, and can be told to answer otherwise.
-final class FakeAppleServer: @unchecked Sendable {
+public final class FakeAppleServer: @unchecked Sendable {
     /// A scripted answer, used once, for the next request to a path (before any check).
-    enum Answer: Sendable {
+    public enum Answer: Sendable {
         case status(Int, String)
         /// Wait this long, then answer normally.
         case slow(TimeInterval)
     }
 
-    struct Request: Sendable {
-        let path: String
-        let headers: [(name: String, value: String)]
-        let body: [UInt8]
-        let receivedAt: Date
+    public struct Request: Sendable {
+        public let path: String
+        public let headers: [(name: String, value: String)]
+        public let body: [UInt8]
+        public let receivedAt: Date
         /// Whether the Authorization header held a JWT signed by the test key with the expected claims.
-        let jwtVerified: Bool
+        public let jwtVerified: Bool
 
-        func header(_ name: String) -> String? {
+        public func header(_ name: String) -> String? {
             headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
     }
 
-    static let invalidPayload = "Missing or incorrectly formatted device token payload"
-    static let invalidJWT = "Unable to verify authorization token"
+    public static let invalidPayload = "Missing or incorrectly formatted device token payload"
+    public static let invalidJWT = "Unable to verify authorization token"
 
-    let port: Int
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    public let port: Int
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
     /// What attestationData answers with 200, base64-encoded: a real receipt Apple once returned.
-    let refreshedReceipt = RealRefreshedReceipt.bytes
+    public let refreshedReceipt = RealRefreshedReceipt.bytes
 
     private let listener: Int32
     private let teamID: String
@@ -49,7 +49,7 @@ final class FakeAppleServer: @unchecked Sendable {
         var stopped = false
     }
 
-    init(teamID: String, keyID: String, publicKey: P256PublicKey) throws {
+    public init(teamID: String, keyID: String, publicKey: P256PublicKey) throws {
         self.teamID = teamID
         self.keyID = keyID
         self.publicKey = publicKey
@@ -76,7 +76,7 @@ final class FakeAppleServer: @unchecked Sendable {
     deinit { stop() }
 
     /// Stops accepting and closes every open connection, which ends their threads.
-    func stop() {
+    public func stop() {
         let open: Set<Int32>? = state.withLock { state in
             guard !state.stopped else { return nil }
             state.stopped = true
@@ -88,13 +88,13 @@ final class FakeAppleServer: @unchecked Sendable {
         for connection in open { shutdown(connection, Int32(SHUT_RDWR)) }
     }
 
-    func script(_ path: String, _ answers: [Answer]) {
+    public func script(_ path: String, _ answers: [Answer]) {
         state.withLock { $0.scripts[path, default: []] += answers }
     }
 
-    var requests: [Request] { state.withLock { $0.requests } }
+    public var requests: [Request] { state.withLock { $0.requests } }
 
-    func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
+    public func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
 
     // MARK: - Connections
 
@@ -256,7 +256,7 @@ final class FakeAppleServer: @unchecked Sendable {
     }
 }
 
-struct FakeServerError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct FakeServerError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }

@@ -5,14 +5,14 @@ import Foundation
 /// receipt, 2020-10-22: type RECEIPT with risk metric 3. From the test resources of
 /// veehaitch/devicecheck-appattest (src/test/resources/iOS14-attestation-receipt-response-base64.der).
 /// BER with indefinite lengths and a chunked OCTET STRING, as Apple sends it.
-enum RealRefreshedReceipt {
-    static let appID = AppID(teamID: "6MURL8TA57", bundleID: "de.vincent-haupert.apple-appattest-poc")
+public enum RealRefreshedReceipt {
+    public static let appID = AppID(teamID: "6MURL8TA57", bundleID: "de.vincent-haupert.apple-appattest-poc")
     /// The attested key (the credCert in field 3), as an uncompressed point.
-    static let publicKeyPoint = "BIQONb2ffZVQeK3Vj7ySBecVw3H5buLgzclejixBG5cmy6B7OEDQ0aoB3UpCi+YvpPhG4q15Dlxj2bP7O0+npUA="
+    public static let publicKeyPoint = "BIQONb2ffZVQeK3Vj7ySBecVw3H5buLgzclejixBG5cmy6B7OEDQ0aoB3UpCi+YvpPhG4q15Dlxj2bP7O0+npUA="
     /// Inside the receipt-signing certificate's validity (2020-05-19 – 2021-06-18), after the creation time.
-    static let verifyAt = Date(timeIntervalSince1970: 1_603_387_800)  // 2020-10-22T17:30:00Z
+    public static let verifyAt = Date(timeIntervalSince1970: 1_603_387_800)  // 2020-10-22T17:30:00Z
 
-    static var bytes: [UInt8] { Base64.decode(base64.filter { !$0.isNewline })! }
+    public static var bytes: [UInt8] { Base64.decode(base64.filter { !$0.isNewline })! }
 
     private static let base64 = """
 MIAGCSqGSIb3DQEHAqCAMIACAQExDzANBglghkgBZQMEAgEFADCABgkqhkiG9w0BBwGggCSABIID6DGCBHYwCQIBEQIBAQQBMzAP
