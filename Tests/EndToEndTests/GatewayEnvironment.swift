@@ -19,7 +19,7 @@ final class GatewayEnvironment: @unchecked Sendable {
     let challengeTTL: Int
 
     /// `routes` is the YAML list under `routes:`; `extra` is appended at the top level.
-    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300) throws {
+    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil) throws {
         redis = try RedisTestServer()
         upstream = try ExampleUpstream()
         ca = try TestCA()
@@ -29,7 +29,7 @@ final class GatewayEnvironment: @unchecked Sendable {
         let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
         gateway = try GatewayProcess(directory: directory) { port, admin in
             GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
-                                      routes: routes, challengeTTL: challengeTTL)
+                                      routes: routes, challengeTTL: challengeTTL) + (apple.map { "\n" + $0 } ?? "")
         }
         client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
     }

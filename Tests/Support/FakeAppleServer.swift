@@ -210,16 +210,19 @@ public final class FakeAppleServer: @unchecked Sendable {
               abs(Double(payload.timestamp) / 1000 - Date().timeIntervalSince1970) < 300 else {
             return (400, Self.invalidPayload)
         }
+        // Apple keeps bits per device, and a device makes a new token each time: here the device is the
+        // token's bytes up to the first ":" (the whole token when there is none).
+        let device = String(decoding: token.prefix { $0 != UInt8(ascii: ":") }, as: UTF8.self)
         switch path {
         case "/v1/query_two_bits":
-            guard let bits = state.withLock({ $0.bits[payload.device_token] }) else { return (200, "Failed to find bit state") }
+            guard let bits = state.withLock({ $0.bits[device] }) else { return (200, "Failed to find bit state") }
             return (200, #"{"bit0":\#(bits.bit0),"bit1":\#(bits.bit1),"last_update_time":"\#(bits.month)"}"#)
         case "/v1/update_two_bits":
             guard payload.bit0 != nil || payload.bit1 != nil else { return (400, Self.invalidPayload) }
             let month = String(ISO8601DateFormatter().string(from: Date()).prefix(7))
             state.withLock { state in
-                let old = state.bits[payload.device_token]
-                state.bits[payload.device_token] = (payload.bit0 ?? old?.bit0 ?? false, payload.bit1 ?? old?.bit1 ?? false, month)
+                let old = state.bits[device]
+                state.bits[device] = (payload.bit0 ?? old?.bit0 ?? false, payload.bit1 ?? old?.bit1 ?? false, month)
             }
             return (200, "")
         default:

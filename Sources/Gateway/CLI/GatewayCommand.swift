@@ -7,6 +7,7 @@ public enum GatewayCommand {
       serve --config gateway.yaml      run the proxy (SIGHUP reloads, SIGTERM drains and stops)
       check-config gateway.yaml        validate a configuration file without starting
       keys show|revoke KEY_ID --config gateway.yaml   inspect or revoke a registered key
+      devicecheck query|set --config gateway.yaml --token B64 [--bit0 B] [--bit1 B]   a device's DeviceCheck bits
       demo [--gateway URL]             the whole story against a running gateway (simulated iPhone)
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
       bench verify [--seconds N]       assertions verified per second on one thread
@@ -24,6 +25,7 @@ public enum GatewayCommand {
         case "check-config": return CheckConfigCommand.run(rest)
         case "keys": return KeysCommand.run(rest)
         case "demo": return DemoCommand.run(rest)
+        case "devicecheck": return DeviceCheckCommand.run(rest)
         case "verify": return VerifyCommand.run(rest)
         case "bench": return BenchCommand.run(rest)
         case "help", "--help", "-h":

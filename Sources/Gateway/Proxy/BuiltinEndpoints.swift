@@ -1,3 +1,4 @@
+import AppleServices
 import AssertionCheck
 import Foundation
 import Upstream
@@ -5,7 +6,8 @@ import Upstream
 /// The gateway's own endpoints: one-time challenges and key registration.
 ///   GET  {prefix}/attest/challenge            → text/plain challenge for attestKey
 ///   POST {prefix}/attest/verify               → {"key_id","attestation","challenge"} registers the key
-///   GET  {prefix}/assert/challenge[?key_id=]  → text/plain challenge for the next assertion
+///   GET  {prefix}/assert/challenge?key_id=    → text/plain challenge for the next assertion
+///   POST {prefix}/verify-device               → {"device_token"} checked with Apple, answers the two bits
 struct BuiltinEndpoints {
     /// A registration carries a base64 attestation (≤ 64 KiB raw) and two short fields.
     static let registrationBodyLimit = 128 * 1024
@@ -18,15 +20,24 @@ struct BuiltinEndpoints {
         case attestChallenge = "/attest/challenge"
         case attestVerify = "/attest/verify"
         case assertChallenge = "/assert/challenge"
+        case verifyDevice = "/verify-device"
 
-        var method: String { self == .attestVerify ? "POST" : "GET" }
+        var method: String { self == .attestVerify || self == .verifyDevice ? "POST" : "GET" }
 
-        var maxBodyBytes: Int { self == .attestVerify ? BuiltinEndpoints.registrationBodyLimit : 0 }
+        var maxBodyBytes: Int {
+            switch self {
+            case .attestVerify: return BuiltinEndpoints.registrationBodyLimit
+            case .verifyDevice: return 32 * 1024
+            case .attestChallenge, .assertChallenge: return 0
+            }
+        }
     }
 
+    /// `/verify-device` exists only when the config has an `apple:` section.
     func endpoint(for path: String) -> Endpoint? {
-        guard path.hasPrefix(runtime.config.prefix) else { return nil }
-        return Endpoint(rawValue: String(path.dropFirst(runtime.config.prefix.count)))
+        guard path.hasPrefix(runtime.config.prefix),
+              let endpoint = Endpoint(rawValue: String(path.dropFirst(runtime.config.prefix.count))) else { return nil }
+        return endpoint == .verifyDevice && runtime.apple == nil ? nil : endpoint
     }
 
     func handle(_ endpoint: Endpoint, _ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
@@ -39,7 +50,28 @@ struct BuiltinEndpoints {
             return challengeResponse(try assertChallenge(request))
         case .attestVerify:
             return try register(request, record: record)
+        case .verifyDevice:
+            return try verifyDevice(request)
         }
+    }
+
+    /// Validates the token with Apple and answers the device's two bits (as Apple's query_two_bits does).
+    private func verifyDevice(_ request: HTTPRequest) throws(GatewayError) -> HTTPResponse {
+        guard let apple = runtime.apple else { throw .routeNotFound }
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
+              let token = object["device_token"] as? String, let raw = Base64.decode(token), !raw.isEmpty else {
+            throw .badRequest("body must be a JSON object {\"device_token\": \"<base64 DCDevice token>\"}")
+        }
+        let bits: TwoBits
+        do {
+            bits = try apple.deviceCheck.query(deviceToken: token)
+        } catch {
+            throw GatewayError(error)
+        }
+        var answer: [String: Any] = ["bit0": bits.bit0, "bit1": bits.bit1]
+        answer["last_update_time"] = bits.lastUpdate ?? NSNull()
+        return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json")],
+                            body: .bytes(Array(JSONOutput.line(answer).utf8)))
     }
 
     private func assertChallenge(_ request: HTTPRequest) throws(GatewayError) -> String {
@@ -84,6 +116,11 @@ struct BuiltinEndpoints {
             throw .keyAlreadyRegistered
         }
         keyCache.store(KeyCache.Entry(publicKey: key.publicKey, appID: key.appID, environment: key.environment), for: key.keyId)
+        if let apple = runtime.apple {
+            // Apple answers a receipt exchange only after the receipt's "not before" (a day after attestation).
+            let first = Date().addingTimeInterval(Double(max(apple.config.receiptRefreshSeconds, 86_400)))
+            try storeCall { () throws(StoreError) in try runtime.store.scheduleReceiptRefresh(keyId: key.keyId, environment: key.environment, at: first) }
+        }
         metrics.increment("gateway_attestations_total", ["result": "registered", "reason": ""], help: "Attestations by result.")
         let body = JSONOutput.line(["key_id": Base64.encode(key.keyId), "environment": key.environment.rawValue, "app_id": key.appID.description])
         return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json")], body: .bytes(Array(body.utf8)))

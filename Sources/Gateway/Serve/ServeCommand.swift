@@ -67,6 +67,7 @@ final class Server: @unchecked Sendable {
     private let proxyServer: MHDServer
     private let adminServer: MHDServer
     private let admin: AdminHandler
+    private let refresher: ReceiptRefresher
     private let stopped = DispatchSemaphore(value: 0)
     private var signalSources: [DispatchSourceSignal] = []
     private let signalQueue = DispatchQueue(label: "gateway.signals")
@@ -80,6 +81,9 @@ final class Server: @unchecked Sendable {
         admin = AdminHandler(proxy: handler)
         adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
                                     handler: admin)
+        let proxy = handler
+        refresher = ReceiptRefresher(runtime: { proxy.runtime }, log: log, metrics: metrics)
+        refresher.start()
         if !handler.runtime.store.ping() {
             log.event(.warn, "store_unreachable", ["redis": (try? RedisEndpoint.parse(url: config.redis.url))?.redacted ?? "?",
                                                    "message": "Redis does not answer: assert routes will fail with 503 until it does"])
@@ -149,6 +153,7 @@ final class Server: @unchecked Sendable {
         let abandoned = proxyServer.inFlightRequests
         proxyServer.stop()
         adminServer.stop()
+        refresher.stop()
         log.event(.info, "stopped", ["abandoned_requests": abandoned])
     }
 }

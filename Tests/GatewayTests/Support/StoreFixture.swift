@@ -10,6 +10,8 @@ import XCTest
 final class StoreFixture {
     let server: RedisTestServer?
     let endpoint: RedisEndpoint
+    /// The Redis URL a gateway config would name.
+    let url: String
     let pool: RedisPool
     let store: AttestStore
     let prefix = "test-\(UUID().uuidString.prefix(13))"
@@ -18,10 +20,12 @@ final class StoreFixture {
         if let url = ProcessInfo.processInfo.environment["TEST_REDIS_URL"], !url.isEmpty {
             server = nil
             endpoint = try RedisEndpoint.parse(url: url)
+            self.url = url
         } else {
             let own = try RedisTestServer()
             server = own
             endpoint = own.endpoint
+            url = "redis://127.0.0.1:\(own.port)/0"
         }
         pool = try RedisPool(endpoint: endpoint, size: poolSize, timeoutMs: timeoutMs)
         store = try AttestStore(pool: pool, keyPrefix: prefix)

@@ -1,0 +1,134 @@
+import AssertionCheck
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// DeviceCheck on routes, against a fake Apple server that checks the gateway's JWTs and keeps the bits.
+final class DeviceCheckRouteTests: XCTestCase {
+    nonisolated(unsafe) static var apple: FakeAppleServer!
+    nonisolated(unsafe) static var environment: GatewayEnvironment!
+    var env: GatewayEnvironment { Self.environment }
+    var apple: FakeAppleServer { Self.apple }
+
+    static let routes = """
+          - { path_prefix: "/fallback/", upstream: echo, policy: assert, fallback: devicecheck, deny_if_bits: { bit1: true } }
+          - { path_prefix: "/promo/", methods: [POST], upstream: echo, policy: assert, fallback: devicecheck, once_per_device: bit0 }
+          - { path_prefix: "/status/", methods: [GET], upstream: api, policy: assert, fallback: devicecheck, once_per_device: bit0 }
+          - { path_prefix: "/claim-open/", upstream: echo, policy: assert, once_per_device: bit0, apple_unreachable: open }
+          - { path_prefix: "/claim-closed/", upstream: echo, policy: assert, once_per_device: bit0 }
+          - { path_prefix: "/", upstream: echo, policy: pass }
+    """
+
+    override class func setUp() {
+        super.setUp()
+        apple = try! AppleTestKey.fakeApple()
+        let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
+        try! AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        environment = try! GatewayEnvironment(routes: routes, apple: """
+        apple:
+          team_id: "\(AppleTestKey.teamID)"
+          key_id: "\(AppleTestKey.keyID)"
+          private_key_path: "\(keyFile)"
+          devicecheck_url: "\(apple.baseURL)"
+          attest_data_url: "\(apple.baseURL)"
+          timeout_ms: 1000
+        """)
+    }
+
+    override class func tearDown() {
+        environment.stop()
+        apple.stop()
+        super.tearDown()
+    }
+
+    /// A fresh token of one device (the fake keeps bits per device, tokens differ per call).
+    func token(_ device: String) -> String { Base64.encode(Array("\(device):\(UUID().uuidString)".utf8)) }
+
+    func testFallbackPassesAValidTokenOnceAndMarksIt() throws {
+        let token = token("phone-fallback")
+        let reply = try env.request("GET", "/fallback/feed", headers: [HTTPField("X-Apple-Device-Token", token)])
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertEqual(reply.forwarded("X-Attest-Status"), ["devicecheck"])
+        XCTAssertEqual(reply.forwarded("X-Apple-Device-Token"), [token], "the upstream may want the token too")
+        let reused = try env.request("GET", "/fallback/feed", headers: [HTTPField("X-Apple-Device-Token", token)])
+        XCTAssertEqual(reused.status, 409)
+        XCTAssertEqual(reused.error, "device_token_reused")
+        XCTAssertTrue(apple.requests(to: "/v1/query_two_bits").allSatisfy(\.jwtVerified))
+    }
+
+    func testFallbackRefusesBadTokensFlaggedDevicesAndMissingProof() throws {
+        let bad = try env.request("GET", "/fallback/x", headers: [HTTPField("X-Apple-Device-Token", Base64.encode(Array("bad-token".utf8)))])
+        XCTAssertEqual(bad.status, 401)
+        XCTAssertEqual(bad.error, "device_token_invalid")
+        let none = try env.request("GET", "/fallback/x")
+        XCTAssertEqual(none.error, "assertion_missing")
+
+        let fraudster = "phone-fraud"
+        let set = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: [
+            "devicecheck", "set", "--config", env.gateway.configPath, "--token", token(fraudster), "--bit1", "true",
+        ])
+        XCTAssertEqual(set.waitForExit(timeout: 10), 0, set.lines.joined(separator: "\n"))
+        let flagged = try env.request("GET", "/fallback/x", headers: [HTTPField("X-Apple-Device-Token", token(fraudster))])
+        XCTAssertEqual(flagged.status, 403)
+        XCTAssertEqual(flagged.error, "device_flagged")
+    }
+
+    func testOncePerDeviceSetsTheBitOnlyAfterSuccess() throws {
+        let device = "phone-promo"
+        let first = try env.request("POST", "/promo/claim", headers: [HTTPField("X-Apple-Device-Token", token(device))], body: [1])
+        XCTAssertEqual(first.status, 200, first.text)
+        let second = try env.request("POST", "/promo/claim", headers: [HTTPField("X-Apple-Device-Token", token(device))], body: [1])
+        XCTAssertEqual(second.status, 409)
+        XCTAssertEqual(second.error, "already_claimed")
+
+        // An upstream failure does not use up the device's one chance.
+        let unlucky = "phone-unlucky"
+        let failed = try env.request("GET", "/status/500", headers: [HTTPField("X-Apple-Device-Token", token(unlucky))])
+        XCTAssertEqual(failed.status, 500)
+        XCTAssertEqual(failed.forwarded("X-Attest-Status"), [], "the upstream's own answer")
+        let query = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: [
+            "devicecheck", "query", "--config", env.gateway.configPath, "--token", token(unlucky),
+        ])
+        XCTAssertEqual(query.waitForExit(timeout: 10), 0)
+        XCTAssertTrue(query.lines.joined().contains("\"bit0\":false"), query.lines.joined())
+    }
+
+    func testOncePerDeviceOnAnAssertionRouteNeedsTheTokenToo() throws {
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let missing = try app.send(app.signed("POST", "/claim-closed/x", body: [1]))
+        XCTAssertEqual(missing.status, 401)
+        XCTAssertEqual(missing.error, "device_token_missing")
+        let device = token("phone-asserting")
+        let claimed = try app.send(app.signed("POST", "/claim-closed/x", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", device)]))
+        XCTAssertEqual(claimed.status, 200, claimed.text)
+        XCTAssertEqual(claimed.forwarded("X-Attest-Status"), ["verified"])
+        let again = try app.send(app.signed("POST", "/claim-closed/x", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", token("phone-asserting"))]))
+        XCTAssertEqual(again.error, "already_claimed")
+    }
+
+    func testAppleUnreachableFailsClosedUnlessTheRouteSaysOpen() throws {
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        apple.script("/v1/query_two_bits", Array(repeating: .status(503, "down"), count: 6))
+        let closed = try app.send(app.signed("POST", "/claim-closed/y", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", token("phone-x"))]))
+        XCTAssertEqual(closed.status, 503)
+        XCTAssertEqual(closed.error, "apple_unavailable")
+        let open = try app.send(app.signed("POST", "/claim-open/y", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", token("phone-y"))]))
+        XCTAssertEqual(open.status, 200, open.text)
+        let logged = env.gateway.waitForEvent { $0["event"] as? String == "apple_call" && $0["outcome"] as? String != "ok" }
+        XCTAssertNotNil(logged)
+        XCTAssertFalse("\(logged ?? [:])".contains(AppleTestKey.pem.split(separator: "\n")[1]), "no key material in logs")
+    }
+
+    func testVerifyDeviceAnswersTheBits() throws {
+        let reply = try env.request("POST", "/verify-device", body: Array("{\"device_token\":\"\(token("phone-v"))\"}".utf8))
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertEqual(reply.json["bit0"] as? Bool, false)
+        XCTAssertEqual(reply.json["bit1"] as? Bool, false)
+        let bad = try env.request("POST", "/verify-device", body: Array("{\"device_token\":\"\(Base64.encode(Array("bad".utf8)))\"}".utf8))
+        XCTAssertEqual(bad.error, "device_token_invalid")
+        XCTAssertEqual(try env.request("POST", "/verify-device", body: Array("{}".utf8)).error, "bad_request")
+    }
+}
