@@ -37,9 +37,20 @@ else
 fi
 
 # The example upstream on the port of the first upstream URL.
-upstream_port=$(sed -nE 's#.*url: *"http://127\.0\.0\.1:([0-9]+).*#\1#p' "$CONFIG" | head -n1)
+upstream_port=$(sed -nE '/^upstreams:/,/^routes:/ s#.*url: *"http://127\.0\.0\.1:([0-9]+).*#\1#p' "$CONFIG" | head -n1)
 python3 examples/upstream.py --host 127.0.0.1 --port "${upstream_port:-9000}" &
 pids+=($!)
+
+# A stand-in for Apple's DeviceCheck servers with a demo server key (never reaches Apple).
+if [ ! -f run/demo-apple/AuthKey.p8 ]; then
+    mkdir -p run/demo-apple
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out run/demo-apple/AuthKey.p8
+fi
+apple_port=$(sed -nE 's#^ *devicecheck_url: *"http://127\.0\.0\.1:([0-9]+).*#\1#p' "$CONFIG" | head -n1)
+if [ -n "$apple_port" ]; then
+    $GATEWAY demo apple --key run/demo-apple/AuthKey.p8 --listen "127.0.0.1:$apple_port" &
+    pids+=($!)
+fi
 
 # The demo CA: the gateway trusts it on top of gateway.yaml (serve --trust-anchor), loudly logged.
 [ -f run/demo-ca/root.pem ] || $GATEWAY demo ca run/demo-ca
@@ -50,7 +61,7 @@ sleep 1
 cat <<MSG
 
   gateway:  http://127.0.0.1:8080   (admin: http://127.0.0.1:9901/metrics)
-  upstream: http://127.0.0.1:${upstream_port:-9000}
+  upstream: http://127.0.0.1:${upstream_port:-9000}   Apple stand-in: ${apple_port:+http://127.0.0.1:$apple_port}
   try:      curl -i http://127.0.0.1:8080/v1/ai/generate -X POST -d '{"prompt":"hi"}'   (401: no assertion)
   demo:     make demo    (in another terminal: a simulated iPhone registers and calls the API)
   Ctrl-C stops everything.

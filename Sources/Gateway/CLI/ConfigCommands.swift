@@ -14,6 +14,9 @@ enum CheckConfigCommand {
             if !config.appAttest.trustAnchor.isApple {
                 print("warning: app_attest.trust_anchor is not Apple's root: simulated devices would be accepted")
             }
+            if let apple = config.apple, !FileManager.default.isReadableFile(atPath: apple.privateKeyPath) {
+                print("warning: apple.private_key_path \(apple.privateKeyPath) cannot be read yet: serve will refuse to start without it")
+            }
             return 0
         } catch {
             for issue in error.issues { print("\(path): \(issue)") }

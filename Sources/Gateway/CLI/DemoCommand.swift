@@ -9,11 +9,15 @@ enum DemoCommand {
     static let usage = """
     usage: gateway demo [--gateway URL] [--ca DIR] [--config gateway.yaml] [--log FILE] [--path /v1/ai/generate]
            gateway demo ca DIR
+           gateway demo apple --key AuthKey.p8 [--listen 127.0.0.1:9100]
     """
 
     static func run(_ arguments: [String]) -> Int32 {
         do {
             var options = try Arguments(arguments)
+            if options.positionals.first == "apple" {
+                return try DemoAppleCommand.run(&options)
+            }
             if options.positionals.first == "ca" {
                 guard options.positionals.count == 2 else { throw UsageError("gateway demo ca DIR") }
                 try options.rejectUnknown()
@@ -43,6 +47,8 @@ struct Demo {
     let http: UpstreamClient
     let device: SimulatedDevice
     let prefix: String
+    /// The once-per-device story runs when the config talks to Apple (or `make run`'s stand-in).
+    let showsDeviceCheck: Bool
     let logPath: String
     let path: String
     let body = Array(#"{"prompt":"Write a haiku about attestation"}"#.utf8)
@@ -54,6 +60,7 @@ struct Demo {
         device = try SimulatedDevice(ca: try TestCA(directory: caDirectory), appID: app,
                                      environment: config.appAttest.environments.first ?? .production)
         prefix = config.prefix
+        showsDeviceCheck = config.apple != nil && config.routes.contains { $0.match == .prefix("/promo/claim") && $0.deviceCheck.oncePerDevice != nil }
         self.logPath = logPath
         self.path = path
     }
@@ -75,11 +82,28 @@ struct Demo {
         tampered.body = Array(#"{"prompt":"Write a novel","max_tokens":100000}"#.utf8)
         passed = try send("5. Same signature, tampered body → rejected", tampered, expect: 401).ok && passed
         passed = try send("6. No assertion at all → rejected", request("POST", path, body: body, contentType: "application/json"), expect: 401).ok && passed
+        if showsDeviceCheck {
+            let device = "demo-iphone-\(device.keyIdBase64.prefix(8))"
+            passed = try send("7. Claim the once-per-device promo (assertion + DeviceCheck token) → forwarded, bit0 set",
+                              promoClaim(device: device), expect: 200).ok && passed
+            passed = try send("8. Claim it again from the same device (a new token) → rejected", promoClaim(device: device), expect: 409).ok && passed
+        }
         print(passed ? "Every step answered as expected." : "Some steps did NOT answer as expected (see above).")
         return passed
     }
 
+    /// A signed POST /promo/claim carrying a fresh DeviceCheck token of `device` (the stand-in keeps bits per device).
+    private func promoClaim(device: String) throws -> UpstreamRequest {
+        var request = try signedRequest(path: "/promo/claim")
+        request.headers.append(HTTPField("X-Apple-Device-Token", Base64.encode(Array("\(device):\(UUID().uuidString)".utf8))))
+        return request
+    }
+
     private func signedRequest() throws -> UpstreamRequest {
+        try signedRequest(path: path)
+    }
+
+    private func signedRequest(path: String) throws -> UpstreamRequest {
         let keyId = device.keyIdBase64.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
         let challenge = try http.send(request("GET", prefix + "/assert/challenge?key_id=\(keyId)"))
         let text = String(decoding: try challenge.readAll(limit: 4096), as: UTF8.self)

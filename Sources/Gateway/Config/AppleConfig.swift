@@ -28,10 +28,8 @@ public struct AppleConfig: Sendable, Equatable {
         let timeoutMs = section.int("timeout_ms", default: 3000, in: 100...60_000)
         let refresh = section.int("receipt_refresh_seconds", default: 86_400, in: 60...2_592_000)
         let concurrency = section.int("receipt_refresh_concurrency", default: 2, in: 1...32)
+        // The key file is read when the gateway starts (it may be provisioned after the config is checked).
         guard let teamID, let keyID, let keyPath else { return nil }
-        if let file = section.optional("private_key_path"), !FileManager.default.isReadableFile(atPath: keyPath) {
-            file.invalid("cannot read the private key file \(keyPath)")
-        }
         return AppleConfig(teamID: teamID, keyID: keyID, privateKeyPath: keyPath, deviceCheckURL: deviceCheckURL,
                            attestDataURL: attestDataURL, timeoutMs: timeoutMs, receiptRefreshSeconds: refresh,
                            receiptRefreshConcurrency: concurrency)
