@@ -179,41 +179,6 @@ extension AttestationReceipt {
     }
 }
 
-/// Strict DER TLVs: single-byte tags, definite lengths in minimal form, at most 4 length octets.
-private struct DERReader {
-    private var input: ArraySlice<UInt8>
-
-    init(_ input: ArraySlice<UInt8>) { self.input = input }
-
-    var isAtEnd: Bool { input.isEmpty }
-
-    /// The content of the next element if it has this tag; nothing is consumed otherwise.
-    mutating func read(tag: UInt8) -> ArraySlice<UInt8>? {
-        var cursor = input.startIndex
-        guard cursor < input.endIndex, input[cursor] == tag else { return nil }
-        cursor += 1
-        guard cursor < input.endIndex else { return nil }
-        var length = Int(input[cursor])
-        cursor += 1
-        if length & 0x80 != 0 {
-            let octets = length & 0x7F
-            guard (1...4).contains(octets), input.endIndex - cursor >= octets, input[cursor] != 0 else { return nil }
-            length = input[cursor..<(cursor + octets)].reduce(0) { $0 << 8 | Int($1) }
-            cursor += octets
-            guard length >= 0x80 else { return nil }
-        }
-        guard input.endIndex - cursor >= length else { return nil }
-        let content = input[cursor..<(cursor + length)]
-        input = input[(cursor + length)...]
-        return content
-    }
-
-    /// A non-negative INTEGER content of at most 4 bytes.
-    static func smallInteger(_ content: ArraySlice<UInt8>) -> Int? {
-        guard (1...4).contains(content.count), let first = content.first, first & 0x80 == 0 else { return nil }
-        return content.reduce(0) { $0 << 8 | Int($1) }
-    }
-}
 
 /// The root a receipt's signing chain must end at. Apple Root CA - G3 is built in (not the App Attest
 /// root, which anchors attestations); a PEM can replace it in tests.

@@ -1,6 +1,7 @@
 import AssertionCheck
 import Foundation
 import Gateway
+import TestSupport
 import XCTest
 
 final class ConfigTests: XCTestCase {
@@ -134,7 +135,7 @@ final class ConfigTests: XCTestCase {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("config-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        try Self.appleRootPEM.write(to: folder.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
+        try FileManager.default.copyItem(atPath: TestPaths.vectors + "/apple_app_attest_root_ca.pem", toPath: folder.appendingPathComponent("root.pem").path)
         try "not a certificate".write(to: folder.appendingPathComponent("bad.pem"), atomically: true, encoding: .utf8)
         let file = folder.appendingPathComponent("gateway.yaml")
 
@@ -326,23 +327,4 @@ final class ConfigTests: XCTestCase {
             #"prefix: expected "" or a path like /gateway (letters, digits, - . _ ~; no trailing /), got "/gw/" (line 1)"#,
         ])
     }
-
-    /// Apple App Attestation Root CA: a public certificate that `TrustAnchor(pemFile:)` must accept.
-    private static let appleRootPEM = """
-        -----BEGIN CERTIFICATE-----
-        MIICITCCAaegAwIBAgIQC/O+DvHN0uD7jG5yH2IXmDAKBggqhkjOPQQDAzBSMSYw
-        JAYDVQQDDB1BcHBsZSBBcHAgQXR0ZXN0YXRpb24gUm9vdCBDQTETMBEGA1UECgwK
-        QXBwbGUgSW5jLjETMBEGA1UECAwKQ2FsaWZvcm5pYTAeFw0yMDAzMTgxODMyNTNa
-        Fw00NTAzMTUwMDAwMDBaMFIxJjAkBgNVBAMMHUFwcGxlIEFwcCBBdHRlc3RhdGlv
-        biBSb290IENBMRMwEQYDVQQKDApBcHBsZSBJbmMuMRMwEQYDVQQIDApDYWxpZm9y
-        bmlhMHYwEAYHKoZIzj0CAQYFK4EEACIDYgAERTHhmLW07ATaFQIEVwTtT4dyctdh
-        NbJhFs/Ii2FdCgAHGbpphY3+d8qjuDngIN3WVhQUBHAoMeQ/cLiP1sOUtgjqK9au
-        Yen1mMEvRq9Sk3Jm5X8U62H+xTD3FE9TgS41o0IwQDAPBgNVHRMBAf8EBTADAQH/
-        MB0GA1UdDgQWBBSskRBTM72+aEH/pwyp5frq5eWKoTAOBgNVHQ8BAf8EBAMCAQYw
-        CgYIKoZIzj0EAwMDaAAwZQIwQgFGnByvsiVbpTKwSga0kP0e8EeDS4+sQmTvb7vn
-        53O5+FRXgeLhpJ06ysC5PrOyAjEAp5U4xDgEgllF7En3VcE3iexZZtKeYnpqtijV
-        oyFraWVIyd/dganmrduC1bmTBGwD
-        -----END CERTIFICATE-----
-
-        """
 }
