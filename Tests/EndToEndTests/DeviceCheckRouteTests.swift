@@ -15,6 +15,8 @@ final class DeviceCheckRouteTests: XCTestCase {
           - { path_prefix: "/fallback/", upstream: echo, policy: assert, fallback: devicecheck, deny_if_bits: { bit1: true } }
           - { path_prefix: "/promo/", methods: [POST], upstream: echo, policy: assert, fallback: devicecheck, once_per_device: bit0 }
           - { path_prefix: "/status/", methods: [GET], upstream: api, policy: assert, fallback: devicecheck, once_per_device: bit0 }
+          - { path_prefix: "/risky/", upstream: echo, policy: assert, max_risk_metric: 5, risk_action: deny }
+          - { path_prefix: "/risk-report/", upstream: echo, policy: assert, max_risk_metric: 5 }
           - { path_prefix: "/claim-open/", upstream: echo, policy: assert, once_per_device: bit0, apple_unreachable: open }
           - { path_prefix: "/claim-closed/", upstream: echo, policy: assert, once_per_device: bit0 }
           - { path_prefix: "/", upstream: echo, policy: pass }
@@ -120,6 +122,35 @@ final class DeviceCheckRouteTests: XCTestCase {
         let logged = env.gateway.waitForEvent { $0["event"] as? String == "apple_call" && $0["outcome"] as? String != "ok" }
         XCTAssertNotNil(logged)
         XCTAssertFalse("\(logged ?? [:])".contains(AppleTestKey.pem.split(separator: "\n")[1]), "no key material in logs")
+    }
+
+    /// The risk metric a receipt refresh stored for the key (set here directly in Redis, as the refresher does).
+    func storeRiskMetric(_ metric: Int, for app: AppClient) throws {
+        let key = "aag:{\(Base64.encodeURLSafe(app.device.keyId))}:development:key"
+        let cli = try ChildProcess(executable: "/usr/bin/env", arguments: ["redis-cli", "-p", String(env.redis.port), "HSET", key, "risk_metric", String(metric)])
+        XCTAssertEqual(cli.waitForExit(timeout: 5), 0)
+    }
+
+    func testRiskMetricReachesTheUpstreamAndCanDeny() throws {
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let unknown = try app.send(app.signed("GET", "/risky/x"))
+        XCTAssertEqual(unknown.status, 200, "no metric yet: nothing to judge")
+        XCTAssertEqual(unknown.forwarded("X-Attest-Risk-Metric"), [])
+        try storeRiskMetric(3, for: app)
+        let low = try app.send(app.signed("GET", "/risky/x"))
+        XCTAssertEqual(low.status, 200)
+        XCTAssertEqual(low.forwarded("X-Attest-Risk-Metric"), ["3"])
+        try storeRiskMetric(9, for: app)
+        let high = try app.send(app.signed("GET", "/risky/x"))
+        XCTAssertEqual(high.status, 403)
+        XCTAssertEqual(high.error, "risk_too_high")
+        let reported = try app.send(app.signed("GET", "/risk-report/x"))
+        XCTAssertEqual(reported.status, 200, "report is the default: Apple calls it a signal, not a verdict")
+        XCTAssertEqual(reported.forwarded("X-Attest-Risk-Metric"), ["9"])
+        let logged = env.gateway.waitForEvent { $0["path"] as? String == "/risk-report/x" }
+        XCTAssertEqual(logged?["reason"] as? String, "risk_above_limit")
+        XCTAssertEqual(logged?["risk_metric"] as? Int, 9)
     }
 
     func testVerifyDeviceAnswersTheBits() throws {

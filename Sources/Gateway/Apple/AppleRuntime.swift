@@ -1,4 +1,5 @@
 import AppleServices
+import AssertionCheck
 import Foundation
 
 /// The clients for Apple's server APIs built from `apple:`; every call Apple answers (or not) is logged
@@ -6,7 +7,8 @@ import Foundation
 final class AppleRuntime: Sendable {
     let config: AppleConfig
     let deviceCheck: DeviceCheckClient
-    let receipts: ReceiptRefreshClient
+    /// Receipts only work against their own environment's host.
+    private let receiptClients: [AppAttestEnvironment: ReceiptRefreshClient]
 
     init(config: AppleConfig, log: EventLog, metrics: Metrics) throws(AppleServiceError) {
         self.config = config
@@ -15,7 +17,16 @@ final class AppleRuntime: Sendable {
         let options = AppleServiceOptions(connectTimeoutMs: min(config.timeoutMs, 3000), timeoutMs: config.timeoutMs,
                                           observer: AppleRuntime.observer(log: log, metrics: metrics))
         deviceCheck = try DeviceCheckClient(baseURL: config.deviceCheckURL, jwt: jwt, options: options)
-        receipts = try ReceiptRefreshClient(baseURL: config.attestDataURL, jwt: jwt, options: options)
+        var clients: [AppAttestEnvironment: ReceiptRefreshClient] = [:]
+        for environment in AppAttestEnvironment.allCases {
+            clients[environment] = try ReceiptRefreshClient(baseURL: config.attestDataURL ?? AppleServiceBase.appAttestData(environment),
+                                                            jwt: jwt, options: options)
+        }
+        receiptClients = clients
+    }
+
+    func receipts(for environment: AppAttestEnvironment) -> ReceiptRefreshClient {
+        receiptClients[environment]!
     }
 
     private static func observer(log: EventLog, metrics: Metrics) -> AppleCallObserver {

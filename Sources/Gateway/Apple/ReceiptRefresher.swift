@@ -82,7 +82,7 @@ final class ReceiptRefresher: Sendable {
                 try store.unscheduleReceiptRefresh(keyId: keyId, environment: environment)
                 return
             }
-            switch try apple.receipts.exchange(receipt: record.receipt) {
+            switch try apple.receipts(for: environment).exchange(receipt: record.receipt) {
             case .refreshed(let receipt):
                 let verified = try ReceiptVerifier.verify(receipt: receipt, appID: appID,
                                                           publicKey: try P256PublicKey(bytes: record.publicKeySPKI), at: now)
@@ -97,7 +97,8 @@ final class ReceiptRefresher: Sendable {
                 outcome = "no_data"
             }
         } catch let error as AppleServiceError {
-            next = now.addingTimeInterval(900)
+            // Apple refusing the receipt itself (400) will not change: stop; anything else is retried.
+            if case .rejectedToken = error { next = nil } else { next = now.addingTimeInterval(900) }
             outcome = error.reasonCode
         } catch let error as VerificationError {
             outcome = error.reasonCode

@@ -14,8 +14,15 @@ enum CheckConfigCommand {
             if !config.appAttest.trustAnchor.isApple {
                 print("warning: app_attest.trust_anchor is not Apple's root: simulated devices would be accepted")
             }
-            if let apple = config.apple, !FileManager.default.isReadableFile(atPath: apple.privateKeyPath) {
-                print("warning: apple.private_key_path \(apple.privateKeyPath) cannot be read yet: serve will refuse to start without it")
+            if let apple = config.apple {
+                if let pem = try? String(contentsOfFile: apple.privateKeyPath, encoding: .utf8) {
+                    do { _ = try P256PrivateKey(pem: pem) } catch {
+                        print("\(path): apple.private_key_path: \(apple.privateKeyPath) is not a P-256 private key (\(error.message))")
+                        return 1
+                    }
+                } else {
+                    print("warning: apple.private_key_path \(apple.privateKeyPath) cannot be read yet: serve will refuse to start without it")
+                }
             }
             return 0
         } catch {
@@ -66,6 +73,8 @@ enum KeysCommand {
         ]
         if let reason = record.revokedReason { object["revoked_reason"] = reason }
         if let used = record.lastUsedAt { object["last_used_at"] = ISO8601DateFormatter().string(from: used) }
+        if let risk = record.riskMetric { object["risk_metric"] = risk }
+        if let refreshed = record.receiptRefreshedAt { object["receipt_refreshed_at"] = ISO8601DateFormatter().string(from: refreshed) }
         print(JSONOutput.line(object))
         return 0
     }

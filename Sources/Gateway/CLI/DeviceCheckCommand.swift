@@ -17,13 +17,13 @@ enum DeviceCheckCommand {
             let bit0 = try flag(&options, "bit0")
             let bit1 = try flag(&options, "bit1")
             try options.rejectUnknown()
+            if action == "set", bit0 == nil, bit1 == nil { throw UsageError("set needs --bit0 and/or --bit1") }
             let config: GatewayConfig
             do { config = try GatewayConfig.load(path: path) } catch { throw UsageError("\(path): \(error)") }
             guard let appleConfig = config.apple else { throw UsageError("\(path) has no apple: section") }
             let apple = try AppleRuntime(config: appleConfig, log: EventLog(descriptor: STDERR_FILENO), metrics: Metrics())
             let current = try apple.deviceCheck.query(deviceToken: token)
             if action == "set" {
-                guard bit0 != nil || bit1 != nil else { throw UsageError("set needs --bit0 and/or --bit1") }
                 try apple.deviceCheck.update(deviceToken: token, bit0: bit0 ?? current.bit0, bit1: bit1 ?? current.bit1)
                 print(JSONOutput.line(["bit0": bit0 ?? current.bit0, "bit1": bit1 ?? current.bit1, "updated": true]))
             } else {

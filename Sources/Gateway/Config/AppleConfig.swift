@@ -8,7 +8,8 @@ public struct AppleConfig: Sendable, Equatable {
     /// The `.p8` file (PKCS#8 PEM); relative paths are taken from the config file's folder.
     public let privateKeyPath: String
     public let deviceCheckURL: String
-    public let attestDataURL: String
+    /// nil: each key's receipts go to Apple's host for its environment (receipts only work there).
+    public let attestDataURL: String?
     public let timeoutMs: Int
     /// How often a key's receipt is exchanged for a fresh one (and a fresh risk metric).
     public let receiptRefreshSeconds: Int
@@ -18,13 +19,13 @@ public struct AppleConfig: Sendable, Equatable {
     static func read(_ section: ConfigMapping?, baseDirectory: String) -> AppleConfig? {
         guard let section else { return nil }
         defer { section.finish() }
-        let teamID = section.required("team_id")?.string()
-        let keyID = section.required("key_id")?.string()
+        let teamID = readID(section, "team_id")
+        let keyID = readID(section, "key_id")
         let keyPath = section.required("private_key_path")?.string().map { path in
             path.hasPrefix("/") ? path : (baseDirectory as NSString).appendingPathComponent(path)
         }
         let deviceCheckURL = readURL(section, "devicecheck_url", default: "https://api.devicecheck.apple.com")
-        let attestDataURL = readURL(section, "attest_data_url", default: "https://data.appattest.apple.com")
+        let attestDataURL = section.optional("attest_data_url") == nil ? nil : readURL(section, "attest_data_url", default: "")
         let timeoutMs = section.int("timeout_ms", default: 3000, in: 100...60_000)
         let refresh = section.int("receipt_refresh_seconds", default: 86_400, in: 60...2_592_000)
         let concurrency = section.int("receipt_refresh_concurrency", default: 2, in: 1...32)
@@ -33,6 +34,16 @@ public struct AppleConfig: Sendable, Equatable {
         return AppleConfig(teamID: teamID, keyID: keyID, privateKeyPath: keyPath, deviceCheckURL: deviceCheckURL,
                            attestDataURL: attestDataURL, timeoutMs: timeoutMs, receiptRefreshSeconds: refresh,
                            receiptRefreshConcurrency: concurrency)
+    }
+
+    /// Apple's team ids and key ids are 10 characters of A-Z and 0-9.
+    private static func readID(_ section: ConfigMapping, _ key: String) -> String? {
+        guard let value = section.required(key), let text = value.string() else { return nil }
+        guard text.utf8.count == 10, text.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) }) else {
+            value.invalid("expected 10 characters A-Z or 0-9 (as Apple shows it), got \"\(text)\"")
+            return nil
+        }
+        return text
     }
 
     private static func readURL(_ section: ConfigMapping, _ key: String, default fallback: String) -> String {

@@ -118,8 +118,13 @@ struct BuiltinEndpoints {
         keyCache.store(KeyCache.Entry(publicKey: key.publicKey, appID: key.appID, environment: key.environment), for: key.keyId)
         if let apple = runtime.apple {
             // Apple answers a receipt exchange only after the receipt's "not before" (a day after attestation).
+            // The key is registered either way: a failure here only delays its first risk metric.
             let first = Date().addingTimeInterval(Double(max(apple.config.receiptRefreshSeconds, 86_400)))
-            try storeCall { () throws(StoreError) in try runtime.store.scheduleReceiptRefresh(keyId: key.keyId, environment: key.environment, at: first) }
+            do {
+                try runtime.store.scheduleReceiptRefresh(keyId: key.keyId, environment: key.environment, at: first)
+            } catch {
+                record.reason = "receipt_schedule_failed"
+            }
         }
         metrics.increment("gateway_attestations_total", ["result": "registered", "reason": ""], help: "Attestations by result.")
         let body = JSONOutput.line(["key_id": Base64.encode(key.keyId), "environment": key.environment.rawValue, "app_id": key.appID.description])
