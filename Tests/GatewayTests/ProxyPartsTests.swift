@@ -1,3 +1,4 @@
+import Foundation
 import AssertionCheck
 @testable import Gateway
 import Upstream
@@ -97,5 +98,25 @@ final class ProxyPartsTests: XCTestCase {
             XCTAssertEqual(error.status, status, code)
             XCTAssertEqual(error.reasonCode, code)
         }
+    }
+
+    func testJSONLineEscapesAndParsesBack() throws {
+        var line = JSONLine()
+        line.string("path", "/a\"b\\c\nd\u{01}é")
+        line.int("status", 200)
+        line.number("total_ms", 1.23456)
+        let bytes = line.line
+        XCTAssertEqual(bytes.last, UInt8(ascii: "\n"))
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(bytes.dropLast())) as? [String: Any])
+        XCTAssertEqual(object["path"] as? String, "/a\"b\\c\nd\u{01}é")
+        XCTAssertEqual(object["status"] as? Int, 200)
+        XCTAssertEqual(object["total_ms"] as? Double, 1.235)
+    }
+
+    func testHeaderNamesCompareIgnoringASCIICaseOnly() {
+        XCTAssertTrue(HTTPField("x-app-attest-KEY-id", "").hasName("X-App-Attest-Key-Id"))
+        XCTAssertFalse(HTTPField("X-App-Attest-Key-I", "").hasName("X-App-Attest-Key-Id"))
+        XCTAssertFalse(HTTPField("X-App-Attest-Key_Id", "").hasName("X-App-Attest-Key-Id"))
+        XCTAssertFalse(HTTPField("[", "").hasName("{"), "only letters fold")
     }
 }

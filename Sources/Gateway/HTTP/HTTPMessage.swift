@@ -17,7 +17,7 @@ extension HTTPField {
 extension Array where Element == HTTPField {
     /// The first value of header `name`, if any.
     public func first(named name: String) -> String? {
-        first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+        first { $0.hasName(name) }?.value
     }
 }
 

@@ -27,18 +27,21 @@ public final class EventLog: Sendable {
         write(object)
     }
 
-    /// A request line (always written: it is the audit trail).
-    public func request(_ fields: [String: Any]) {
-        var object = fields
-        object["time"] = EventLog.timestamp()
-        object["event"] = "request"
-        write(object)
+    /// A request line (always written: it is the audit trail); `fields` holds everything but time and event.
+    func request(_ fields: JSONLine) {
+        var line = JSONLine()
+        line.string("time", EventLog.timestamp())
+        line.string("event", "request")
+        write(bytes: line.line.dropLast(2) + [UInt8(ascii: ",")] + fields.line.dropFirst())
     }
 
     private func write(_ object: [String: Any]) {
-        let line = JSONOutput.line(object) + "\n"
+        write(bytes: Array((JSONOutput.line(object) + "\n").utf8))
+    }
+
+    private func write<Bytes: Collection<UInt8>>(bytes line: Bytes) {
         lock.withLock { _ in
-            var bytes = Array(line.utf8)
+            var bytes = Array(line)
             var offset = 0
             while offset < bytes.count {
                 let written = bytes.withUnsafeMutableBytes { Foundation.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }

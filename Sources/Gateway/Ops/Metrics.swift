@@ -2,24 +2,51 @@ import Foundation
 import Synchronization
 
 /// Prometheus text exposition of counters and histograms. Label sets are small and fixed by the
-/// configuration (routes, reason codes), so series stay bounded.
+/// configuration (routes, reason codes), so series stay bounded. Each series is keyed by its rendered
+/// name and labels (one string hash per update), and a request's updates are applied under one lock.
 public final class Metrics: Sendable {
     public static let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
-    private struct Series: Hashable {
+    /// One change to one series, prepared (labels rendered) before the lock is taken.
+    public struct Update: Sendable {
+        enum Kind: Sendable {
+            case count(Double)
+            case observe(Double)
+        }
+
         let name: String
-        let labels: [String]   // "key=\"value\"" pairs, in order
+        let labels: String
+        let kind: Kind
+        let help: String
+
+        public static func count(_ name: String, _ labels: KeyValuePairs<String, String>, by value: Double = 1, help: String = "") -> Update {
+            Update(name: name, labels: Metrics.render(labels), kind: .count(value), help: help)
+        }
+
+        public static func observe(_ name: String, _ labels: KeyValuePairs<String, String>, seconds: Double, help: String = "") -> Update {
+            Update(name: name, labels: Metrics.render(labels), kind: .observe(seconds), help: help)
+        }
+
+        var key: String { name + labels }
+    }
+
+    private struct Counter {
+        let name: String
+        let labels: String
+        var value: Double
     }
 
     private struct Histogram {
-        var buckets: [UInt64]
+        let name: String
+        let labels: String
+        var buckets: [UInt64] = Array(repeating: 0, count: Metrics.latencyBuckets.count)
         var count: UInt64 = 0
         var sum: Double = 0
     }
 
     private struct State {
-        var counters: [Series: Double] = [:]
-        var histograms: [Series: Histogram] = [:]
+        var counters: [String: Counter] = [:]
+        var histograms: [String: Histogram] = [:]
         var help: [String: (type: String, text: String)] = [:]
     }
 
@@ -28,29 +55,40 @@ public final class Metrics: Sendable {
     public init() {}
 
     public func increment(_ name: String, _ labels: KeyValuePairs<String, String> = [:], by value: Double = 1, help: String = "") {
-        let series = Series(name: name, labels: Metrics.render(labels))
-        state.withLock { state in
-            state.counters[series, default: 0] += value
-            if state.help[name] == nil { state.help[name] = ("counter", help) }
-        }
+        apply([.count(name, labels, by: value, help: help)])
     }
 
     public func observe(_ name: String, _ labels: KeyValuePairs<String, String> = [:], seconds: Double, help: String = "") {
-        let series = Series(name: name, labels: Metrics.render(labels))
+        apply([.observe(name, labels, seconds: seconds, help: help)])
+    }
+
+    public func apply(_ updates: [Update]) {
+        let bucketIndexes = updates.map { update -> Int? in
+            guard case .observe(let seconds) = update.kind else { return nil }
+            return Metrics.latencyBuckets.firstIndex { seconds <= $0 }
+        }
         state.withLock { state in
-            var histogram = state.histograms[series] ?? Histogram(buckets: Array(repeating: 0, count: Metrics.latencyBuckets.count))
-            if let index = Metrics.latencyBuckets.firstIndex(where: { seconds <= $0 }) { histogram.buckets[index] += 1 }
-            histogram.count += 1
-            histogram.sum += seconds
-            state.histograms[series] = histogram
-            if state.help[name] == nil { state.help[name] = ("histogram", help) }
+            for (update, bucket) in zip(updates, bucketIndexes) {
+                switch update.kind {
+                case .count(let value):
+                    state.counters[update.key, default: Counter(name: update.name, labels: update.labels, value: 0)].value += value
+                    if state.help[update.name] == nil { state.help[update.name] = ("counter", update.help) }
+                case .observe(let seconds):
+                    var histogram = state.histograms[update.key] ?? Histogram(name: update.name, labels: update.labels)
+                    if let bucket { histogram.buckets[bucket] += 1 }
+                    histogram.count += 1
+                    histogram.sum += seconds
+                    state.histograms[update.key] = histogram
+                    if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
+                }
+            }
         }
     }
 
     /// The value of one counter series (tests and the demo read it).
     public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
-        let series = Series(name: name, labels: Metrics.render(labels))
-        return state.withLock { $0.counters[series] ?? 0 }
+        let key = name + Metrics.render(labels)
+        return state.withLock { $0.counters[key]?.value ?? 0 }
     }
 
     public func exposition(extra gauges: [(name: String, help: String, value: Double)] = []) -> String {
@@ -61,20 +99,20 @@ public final class Metrics: Sendable {
             guard described.insert(name).inserted, let help = snapshot.help[name] else { return }
             output += "# HELP \(name) \(help.text)\n# TYPE \(name) \(help.type)\n"
         }
-        for (series, value) in snapshot.counters.sorted(by: { Metrics.order($0.key, $1.key) }) {
-            describe(series.name)
-            output += "\(series.name)\(Metrics.braces(series.labels)) \(Metrics.number(value))\n"
+        for (_, counter) in snapshot.counters.sorted(by: { $0.key < $1.key }) {
+            describe(counter.name)
+            output += "\(counter.name)\(counter.labels) \(Metrics.number(counter.value))\n"
         }
-        for (series, histogram) in snapshot.histograms.sorted(by: { Metrics.order($0.key, $1.key) }) {
-            describe(series.name)
+        for (_, histogram) in snapshot.histograms.sorted(by: { $0.key < $1.key }) {
+            describe(histogram.name)
             var cumulative: UInt64 = 0
             for (index, bound) in Metrics.latencyBuckets.enumerated() {
                 cumulative += histogram.buckets[index]
-                output += "\(series.name)_bucket\(Metrics.braces(series.labels + ["le=\"\(bound)\""])) \(cumulative)\n"
+                output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"\(bound)\"")) \(cumulative)\n"
             }
-            output += "\(series.name)_bucket\(Metrics.braces(series.labels + ["le=\"+Inf\""])) \(histogram.count)\n"
-            output += "\(series.name)_sum\(Metrics.braces(series.labels)) \(histogram.sum)\n"
-            output += "\(series.name)_count\(Metrics.braces(series.labels)) \(histogram.count)\n"
+            output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"+Inf\"")) \(histogram.count)\n"
+            output += "\(histogram.name)_sum\(histogram.labels) \(histogram.sum)\n"
+            output += "\(histogram.name)_count\(histogram.labels) \(histogram.count)\n"
         }
         for gauge in gauges {
             output += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Metrics.number(gauge.value))\n"
@@ -82,24 +120,25 @@ public final class Metrics: Sendable {
         return output
     }
 
-    private static func render(_ labels: KeyValuePairs<String, String>) -> [String] {
-        labels.map { "\($0.key)=\"\(escape($0.value))\"" }
+    /// `{a="1",b="2"}`, or "" without labels.
+    static func render(_ labels: KeyValuePairs<String, String>) -> String {
+        labels.isEmpty ? "" : "{" + labels.map { "\($0.key)=\"\(escape($0.value))\"" }.joined(separator: ",") + "}"
+    }
+
+    /// Rendered labels with one more appended.
+    private static func with(_ labels: String, _ extra: String) -> String {
+        labels.isEmpty ? "{\(extra)}" : String(labels.dropLast()) + ",\(extra)}"
     }
 
     private static func escape(_ value: String) -> String {
-        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        guard value.utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\n") }) else {
+            return value
+        }
+        return value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
             .replacingOccurrences(of: "\n", with: "\\n")
-    }
-
-    private static func braces(_ labels: [String]) -> String {
-        labels.isEmpty ? "" : "{" + labels.joined(separator: ",") + "}"
     }
 
     private static func number(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
-    }
-
-    private static func order(_ lhs: Series, _ rhs: Series) -> Bool {
-        lhs.name != rhs.name ? lhs.name < rhs.name : lhs.labels.joined() < rhs.labels.joined()
     }
 }

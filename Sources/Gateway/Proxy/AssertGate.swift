@@ -111,7 +111,7 @@ struct AssertGate {
     }
 
     private func header(_ request: HTTPRequest, _ name: String) throws(GatewayError) -> String {
-        let values = request.headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }
+        let values = request.headers.filter { $0.hasName(name) }
         guard let value = values.first?.value, !value.isEmpty else { throw .assertionMissing("\(name) header is missing") }
         guard values.count == 1 else { throw .badHeader("\(name) appears more than once") }
         return value
@@ -119,7 +119,7 @@ struct AssertGate {
 
     /// The first of `names` present, base64-decoded.
     private func decoded(_ request: HTTPRequest, _ names: [String]) throws(GatewayError) -> [UInt8] {
-        guard let name = names.first(where: { name in request.headers.contains { $0.name.caseInsensitiveCompare(name) == .orderedSame } }) else {
+        guard let name = names.first(where: { name in request.headers.contains { $0.hasName(name) } }) else {
             throw .assertionMissing("\(names[0]) header is missing")
         }
         guard let bytes = Base64.decode(try header(request, name)) else { throw .badHeader("\(name) is not base64") }

@@ -32,7 +32,7 @@ struct Forwarder {
         }
         record.upstreamStatus = response.status
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
-        let headers = ForwardingRules.responseHeaders(response.headers).filter { $0.name.lowercased() != "x-request-id" }
+        let headers = ForwardingRules.responseHeaders(response.headers).filter { !$0.hasName("X-Request-Id") }
             + [HTTPField("X-Request-Id", record.requestId)]
         let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
         if noBody || (response.headers.values(named: "Content-Length").first.flatMap { Int($0) }.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
@@ -56,7 +56,7 @@ struct Forwarder {
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
     private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
         var headers = ForwardingRules.requestHeaders(request.headers)
-        if upstream.preserveHost, let host = request.headers.first(where: { $0.name.lowercased() == "host" }) {
+        if upstream.preserveHost, let host = request.headers.first(where: { $0.hasName("Host") }) {
             headers.append(HTTPField("Host", host.value))
         }
         let forwardedFor = ForwardingRules.values("x-forwarded-for", in: request.headers) + [request.clientAddress]

@@ -38,7 +38,7 @@ enum ForwardingRules {
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
     static func values(_ name: String, in headers: [HTTPField]) -> [String] {
-        headers.filter { $0.name.lowercased() == name }
+        headers.filter { $0.hasName(name) }
             .flatMap { $0.value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
             .filter { !$0.isEmpty }
     }
