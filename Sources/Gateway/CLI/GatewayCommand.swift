@@ -9,6 +9,7 @@ public enum GatewayCommand {
       keys show|revoke KEY_ID --config gateway.yaml   inspect or revoke a registered key
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
       bench verify [--seconds N]       assertions verified per second on one thread
+      bench ca|prepare …               test CA and pre-signed requests for load tests (bench/run.sh)
       help                             this text
     """
 
