@@ -22,3 +22,8 @@ demo:
 
 clean:
 	rm -rf .build run
+
+# Load benchmark against nginx and a DIY verifier, all on 127.0.0.1 (bench/README.md); writes bench/results/latest.json.
+.PHONY: bench
+bench:
+	./bench/run.sh

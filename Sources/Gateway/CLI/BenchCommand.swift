@@ -2,21 +2,42 @@ import AssertionCheck
 import DeviceSimulator
 import Foundation
 
-/// `gateway bench verify [--seconds N]`: the per-request pure work of an assert route on one thread —
-/// base64 of the three headers, client-data parse and binding, CBOR, SHA-256, ECDSA — over assertions a
-/// simulated device made (the public key parsed once, as the proxy caches it). Also times the bare
-/// ECDSA verify of the same signatures so the overhead is visible as a ratio in one run.
+/// `gateway bench verify|ca|prepare …`: the building blocks of `make bench` (bench/run.sh).
+///
+/// `verify` is the per-request pure work of an assert route on one thread — base64 of the three headers,
+/// client-data parse and binding, CBOR, SHA-256, ECDSA — over assertions a simulated device made (the
+/// public key parsed once, as the proxy caches it). It also times the bare ECDSA verify of the same
+/// signatures so the overhead is visible as a ratio in one run. `ca` saves the test CA a bench gateway
+/// trusts; `prepare` (BenchPrepare.swift) registers simulated devices and pre-signs requests for wrk.
 enum BenchCommand {
-    static let usage = "usage: gateway bench verify [--seconds N]"
+    static let usage = """
+    usage: gateway bench verify [--seconds N]
+           gateway bench ca --out DIR
+           gateway bench prepare --gateway URL --ca DIR --out FILE [--devices K] [--requests-per-device M]
+                                 [--route /assert/] [--client-data json|body] [--threads N]
+                                 [--app TEAMID.bundle.id] [--register attest|store --redis URL [--key-prefix aag]]
+    """
 
     static func run(_ arguments: [String]) -> Int32 {
         do {
-            guard arguments.first == "verify" else { throw UsageError("bench what? only `verify` exists") }
             var options = try Arguments(Array(arguments.dropFirst()))
-            let seconds = try options.integer("seconds", default: 5)
-            guard (1...600).contains(seconds) else { throw UsageError("--seconds must be 1...600") }
-            try options.rejectUnknown()
-            try benchVerify(seconds: Double(seconds))
+            switch arguments.first {
+            case "verify":
+                let seconds = try options.integer("seconds", default: 5)
+                guard (1...600).contains(seconds) else { throw UsageError("--seconds must be 1...600") }
+                try options.rejectUnknown()
+                try benchVerify(seconds: Double(seconds))
+            case "ca":
+                let directory = try options.required("out")
+                try options.rejectUnknown()
+                try saveCA(to: directory)
+            case "prepare":
+                let plan = try BenchPrepare.Plan(&options)
+                try options.rejectUnknown()
+                try BenchPrepare(plan).run()
+            default:
+                throw UsageError("bench what? verify, ca or prepare")
+            }
             return 0
         } catch let error as UsageError {
             FileHandle.standardError.write(Data("gateway bench: \(error)\n\(usage)\n".utf8))
@@ -25,6 +46,18 @@ enum BenchCommand {
             FileHandle.standardError.write(Data("gateway bench: \(error)\n".utf8))
             return 1
         }
+    }
+
+    /// Keeps a CA already saved there, so devices registered earlier stay valid.
+    private static func saveCA(to directory: String) throws {
+        let root = (directory as NSString).appendingPathComponent("root.pem")
+        if FileManager.default.fileExists(atPath: root) {
+            _ = try TestCA(directory: directory)
+            print("kept the test CA in \(directory)")
+            return
+        }
+        try TestCA().save(to: directory)
+        print("saved a new test CA in \(directory)")
     }
 
     struct SignedRequest {

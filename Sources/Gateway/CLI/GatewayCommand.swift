@@ -11,6 +11,7 @@ public enum GatewayCommand {
       demo [--gateway URL]             the whole story against a running gateway (simulated iPhone)
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
       bench verify [--seconds N]       assertions verified per second on one thread
+      bench ca|prepare …               test CA and pre-signed requests for load tests (bench/run.sh)
       help                             this text
     """
 

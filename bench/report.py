@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Helpers of bench/run.sh (stdlib only).
+
+  report.py snapshot --admin URL --pids "name=pid,pid …"   gateway counters + per-group memory, as JSON
+  report.py reset-peaks --pids "…"                         VmHWM := VmRSS for every pid (clear_refs 5)
+  report.py best WORK TARGET                               highest valid req/s among TARGET's runs
+  report.py field FILE KEY                                 one number from a run's wrk summary
+  report.py table WORK OUT                                 results JSON to OUT, table to stdout
+"""
+
+import json
+import os
+import re
+import sys
+import urllib.request
+
+COUNTER = re.compile(r'^(gateway_requests_total|gateway_key_cache_total|gateway_key_cache_entries)(?:\{([^}]*)\})? ([0-9.e+]+)$')
+FAILED_SHARE = 0.001  # more rejected or failed requests than this and a run is FAILED, not fast
+# Whose CPU a target's throughput costs (the upstream nginx serves every target and is listed apart).
+COMPONENTS = {"a": ["upstream"], "b": ["front"], "c": ["gateway"], "d": ["gateway"], "e": ["front", "diy"],
+              "keys": ["gateway"], "warmup": ["gateway"]}
+GATEWAY_TARGETS = ("c", "d", "keys", "warmup")
+
+
+def pid_groups(text):
+    groups = {}
+    for item in text.split():
+        name, _, pids = item.partition("=")
+        groups[name] = [pid for pid in pids.split(",") if pid]
+    return groups
+
+
+def memory_kib(pid):
+    values = {}
+    try:
+        with open("/proc/%s/status" % pid) as status:
+            for line in status:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    values[line.split(":")[0]] = int(line.split()[1])
+    except OSError:
+        pass
+    return values
+
+
+def snapshot(admin, pids):
+    counters = {}
+    if admin:
+        try:
+            with urllib.request.urlopen(admin + "/metrics", timeout=5) as response:
+                for line in response.read().decode().splitlines():
+                    match = COUNTER.match(line)
+                    if match:
+                        counters["%s{%s}" % (match[1], match[2] or "")] = float(match[3])
+        except OSError as error:
+            counters["error"] = str(error)
+    memory = {}
+    for name, group in pid_groups(pids).items():
+        totals = {"VmHWM": 0, "VmRSS": 0}
+        for pid in group:
+            for key, value in memory_kib(pid).items():
+                totals[key] += value
+        memory[name] = {"peak_rss_mib": round(totals["VmHWM"] / 1024, 1), "rss_mib": round(totals["VmRSS"] / 1024, 1)}
+    with open("/proc/loadavg") as loadavg:
+        load = float(loadavg.read().split()[0])
+    return {"counters": counters, "memory": memory, "loadavg_1m": load}
+
+
+def reset_peaks(pids):
+    for group in pid_groups(pids).values():
+        for pid in group:
+            try:
+                with open("/proc/%s/clear_refs" % pid, "w") as refs:
+                    refs.write("5")
+            except OSError:
+                pass
+
+
+def load_runs(work):
+    runs = []
+    with open(os.path.join(work, "runs", "manifest.jsonl")) as manifest:
+        for line in manifest:
+            run = json.loads(line)
+            base = os.path.join(work, "runs", run["name"])
+            run["wrk"] = read_json(base + ".wrk.json")
+            run["before"] = read_json(base + ".before.json")
+            run["after"] = read_json(base + ".after.json")
+            judge(run)
+            runs.append(run)
+    return runs
+
+
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def judge(run):
+    """Adds status, gateway decisions and CPU cores to a run."""
+    wrk = run["wrk"]
+    if not wrk:
+        run["status"] = "NO_RESULT"
+        return
+    errors = wrk["errors"]
+    socket_errors = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"]
+    bad = errors["non_2xx"] + socket_errors
+    run["failed_share"] = bad / max(1, wrk["requests"] + socket_errors)
+    before = run["before"].get("counters", {})
+    after = run["after"].get("counters", {})
+    decisions = {}
+    for key, value in after.items():
+        if key.startswith("gateway_requests_total") and "builtin" not in key:
+            delta = value - before.get(key, 0)
+            if delta:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', key))
+                decisions["%s %s%s" % (labels["route"], labels["decision"],
+                                       " " + labels["reason"] if labels["reason"] else "")] = int(delta)
+    run["gateway_decisions"] = decisions
+    cache = {k.split('"')[1]: int(after[k] - before.get(k, 0)) for k in after if k.startswith("gateway_key_cache_total")}
+    if "gateway_key_cache_entries{}" in after:
+        cache["entries_after"] = int(after["gateway_key_cache_entries{}"])
+    run["key_cache"] = cache
+    wall = wrk["load_wall_s"]
+    run["cpu_cores"] = {name: round(ticks / run["clk_tck"] / wall, 2) for name, ticks in wrk["cpu_ticks"].items()}
+    run["cpu_seconds"] = {name: round(ticks / run["clk_tck"], 2) for name, ticks in wrk["cpu_ticks"].items()}
+    run["component_cores"] = round(sum(run["cpu_cores"].get(name, 0) for name in COMPONENTS[run["target"]]), 2)
+    if run["kind"] in ("warmup", "calibration"):
+        run["status"] = run["kind"]
+    elif wrk["exhausted"] > 0:
+        run["status"] = "EXHAUSTED"
+    elif run["failed_share"] > FAILED_SHARE:
+        run["status"] = "FAILED"
+    else:
+        run["status"] = "ok"
+
+
+def best(runs, target):
+    valid = [run for run in runs if run["target"] == target and run["kind"] == "max" and run["status"] == "ok"]
+    return max(valid, key=lambda run: run["wrk"]["rps"]) if valid else None
+
+
+def named_any(runs, name):
+    found = [run for run in runs if run["name"] == name]
+    return found[0] if found else {}
+
+
+def named(runs, name):
+    found = [run for run in runs if run["name"] == name and run["status"] == "ok"]
+    return found[0] if found else None
+
+
+def crypto(work):
+    result = {}
+    speed = open(os.path.join(work, "openssl-speed.txt")).read() if os.path.exists(os.path.join(work, "openssl-speed.txt")) else ""
+    # "256 bits ecdsa (nistp256)   0.0000s   0.0001s  40000.0  12000.0"
+    match = re.search(r"256 bits ecdsa \(nistp256\)\s+\S+s\s+\S+s\s+([0-9.]+)\s+([0-9.]+)", speed)
+    if match:
+        result["openssl_sign_per_s"] = float(match[1])
+        result["openssl_verify_per_s"] = float(match[2])
+    path = os.path.join(work, "bench-verify.txt")
+    if os.path.exists(path):
+        for line in open(path):
+            key, _, value = line.strip().partition("=")
+            if value:
+                result["gateway_bench_verify_" + key] = float(value)
+    return result
+
+
+def ratio(numerator, denominator):
+    return round(numerator / denominator, 3) if numerator is not None and denominator else None
+
+
+def targets(runs, crypto_result, settings):
+    a, b, c, d, e = (best(runs, name) for name in "abcde")
+    rps = lambda run: run["wrk"]["rps"] if run else None
+    p99 = lambda run: run["wrk"]["latency_ms"]["p99"] if run else None
+    verify = crypto_result.get("openssl_verify_per_s")
+    cores = d["cpu_cores"].get("gateway") if d else None
+    checks = []
+
+    def check(name, value, goal, met, how):
+        checks.append({"target": name, "value": value, "goal": goal,
+                       "met": None if value is None else met(value), "how": how})
+
+    check("pass / nginx proxy_pass (c/b)", ratio(rps(c), rps(b)), ">= 0.8", lambda v: v >= 0.8,
+          "best req/s of the gateway pass route over best req/s of nginx proxy_pass, any connection level")
+    check("assert / (ECDSA verify/s x cores) (d/(f x cores))",
+          ratio(rps(d), verify * cores if verify and cores else None), ">= 0.6", lambda v: v >= 0.6,
+          "cores = gateway CPU seconds / wall seconds during the best assert run; f = openssl speed verify/s (one core)")
+    check("assert / DIY peer (d/e)", ratio(rps(d), rps(e)), ">= 10", lambda v: v >= 10,
+          "best req/s of the gateway assert route over best req/s of nginx auth_request + pyattest verifier")
+    for kind, goal in (("pass", 1.0), ("assert", 2.0)):
+        loaded = named(runs, "%s-rate" % ("c" if kind == "pass" else "d"))
+        base = named(runs, "a-rate-%s" % kind)
+        added = round(p99(loaded) - p99(base), 3) if loaded and base else None
+        check("added p99 at 50%% load, %s (ms)" % kind, added, "<= %g" % goal, lambda v, g=goal: v <= g,
+              "p99 of the gateway minus p99 of the bare upstream, both paced by wrk delay() to half the "
+              "gateway's best req/s")
+    peak = max_connections(runs)
+    big, small = named(runs, "keys-c%s" % peak), named(runs, "d-c%s" % peak)
+    keys, devices = settings.get("keys", 0), settings.get("devices", 0)
+    rss = big["after"]["memory"].get("gateway", {}).get("peak_rss_mib") if big else None
+    cached = named_any(runs, "keys-warmup").get("key_cache", {}).get("entries_after", "?")
+    check("gateway peak RSS, %s connections, %s keys (%s cached) (MiB)" % (peak, keys + 2 * devices, cached), rss,
+          "<= 64", lambda v: v <= 64,
+          "VmHWM (reset before the run) of the gateway during the assert run after the key warm-up")
+    check("assert req/s, %s keys / %s keys (%s connections)" % (keys + 2 * devices, devices, peak),
+          ratio(rps(big), rps(small)), ">= 0.9", lambda v: v >= 0.9,
+          "req/s of the assert run with the large key set over the same run with the small one")
+    return checks
+
+
+def max_connections(runs):
+    return max([run["connections"] for run in runs if run["kind"] == "max"] or [0])
+
+
+def table(work, out):
+    runs = load_runs(work)
+    crypto_result = crypto(work)
+    environment = read_json(os.path.join(work, "environment.json"))
+    checks = targets(runs, crypto_result, environment.get("settings", {}))
+    result = {"environment": environment, "crypto": crypto_result, "targets": checks, "runs": [
+        {key: run[key] for key in run if key not in ("before", "after", "clk_tck")}
+        | {"memory": run["after"].get("memory", {}), "loadavg_1m": run["after"].get("loadavg_1m")}
+        for run in runs]}
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    print_table(runs, crypto_result, checks)
+
+
+def print_table(runs, crypto_result, checks):
+    header = "%-14s %-36s %5s %6s %8s %7s %7s %6s %7s %5s %6s %5s  %s" % (
+        "run", "what", "conns", "rate", "req/s", "p50 ms", "p99 ms", "non2xx", "sockerr", "cores", "gw MiB", "load",
+        "status")
+    print(header)
+    print("-" * len(header))
+    for run in runs:
+        wrk = run["wrk"]
+        if not wrk:
+            print("%-14s %-36s %s" % (run["name"], run["what"][:36], run["status"]))
+            continue
+        errors = wrk["errors"]
+        socket_errors = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"]
+        memory = run["after"].get("memory", {}).get("gateway", {}) if run["target"] in GATEWAY_TARGETS else {}
+        print("%-14s %-36s %5d %6s %8.0f %7.2f %7.2f %6d %7d %5.2f %6s %5.1f  %s" % (
+            run["name"], run["what"][:36], run["connections"], "%.0f" % run["rate"] if run["rate"] else "max",
+            wrk["rps"], wrk["latency_ms"]["p50"], wrk["latency_ms"]["p99"], errors["non_2xx"], socket_errors,
+            run["component_cores"], memory.get("peak_rss_mib", "-"), run["after"].get("loadavg_1m", 0), run["status"]))
+        decisions = run.get("gateway_decisions", {})
+        if any(not key.endswith((" verified", " pass")) for key in decisions):
+            print("%14s gateway decisions: %s" % ("", decisions))
+    print()
+    for key, value in sorted(crypto_result.items()):
+        print("%-50s %12.0f" % (key, value) if value > 10 else "%-50s %12.3f" % (key, value))
+    print()
+    print("%-62s %10s %8s  %s" % ("target", "value", "goal", "met"))
+    for check in checks:
+        met = {True: "MET", False: "MISSED", None: "not measured"}[check["met"]]
+        print("%-62s %10s %8s  %s" % (check["target"], check["value"], check["goal"], met))
+
+
+def main(argv):
+    command = argv[1] if len(argv) > 1 else ""
+    if command == "snapshot":
+        options = dict(zip(argv[2::2], argv[3::2]))
+        print(json.dumps(snapshot(options.get("--admin"), options.get("--pids", ""))))
+    elif command == "reset-peaks":
+        reset_peaks(dict(zip(argv[2::2], argv[3::2])).get("--pids", ""))
+    elif command == "best":
+        run = best(load_runs(argv[2]), argv[3])
+        print("%.0f" % run["wrk"]["rps"] if run else "0")
+    elif command == "field":
+        value = read_json(argv[2])
+        for key in argv[3].split("."):
+            value = value.get(key, {}) if isinstance(value, dict) else {}
+        print(value if value != {} else "")
+    elif command == "table":
+        table(argv[2], argv[3])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# `make bench`: the gateway against nginx and a do-it-yourself verifier, in one run, all on 127.0.0.1.
+# Installs what it needs, starts Redis, two nginx instances, the release gateway and the DIY verifier in a
+# temporary directory, drives them with wrk, stops everything, writes bench/results/latest.json and prints
+# the table. Settings (environment): BENCH_QUICK=1, BENCH_DURATION, BENCH_LEVELS, BENCH_DEVICES,
+# BENCH_KEYS (0 skips the large-key run), BENCH_RATE_CONNECTIONS, BENCH_OUT, BENCH_PERF=1, BENCH_KEEP=1.
+# See bench/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bench_start=$(date +%s)
+
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    duration=${BENCH_DURATION:-4} levels=${BENCH_LEVELS:-64} keys=${BENCH_KEYS:-10000}
+else
+    duration=${BENCH_DURATION:-8} levels=${BENCH_LEVELS:-16 64 256} keys=${BENCH_KEYS:-100000}
+fi
+devices=${BENCH_DEVICES:-1000}
+rate_connections=${BENCH_RATE_CONNECTIONS:-32}
+out=${BENCH_OUT:-bench/results/latest.json}
+threads=$(nproc)
+peak=$(tr ' ' '\n' <<< "$levels" | sort -n | tail -1)
+level_count=$(wc -w <<< "$levels")
+
+# --- Tools --------------------------------------------------------------------------------------------
+./scripts/install-deps.sh libssl-dev libcbor-dev libcurl4-openssl-dev libhiredis-dev libmicrohttpd-dev libyaml-dev \
+    pkg-config redis-server python3 python3-venv nginx wrk openssl curl procps
+swift build -c release --product gateway
+gateway=.build/release/gateway
+venv=.build/bench-venv
+if ! cmp -s bench/diy/requirements.txt "$venv/requirements.txt"; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r bench/diy/requirements.txt
+    cp bench/diy/requirements.txt "$venv/requirements.txt"
+fi
+report() { python3 bench/report.py "$@"; }
+
+# --- Services -----------------------------------------------------------------------------------------
+work=$(mktemp -d /tmp/gateway-bench.XXXXXX)
+chmod 755 "$work"  # nginx workers run as nobody
+mkdir -p "$work/runs" "$work/queues" "$work/logs" "$work/tmp" "$work/ca"
+gateway_pid="" diy_pid=""
+cleanup() {
+    [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
+    [ -n "$diy_pid" ] && kill $(diy_pids) 2>/dev/null
+    for pidfile in "$work"/nginx-*.pid "$work/redis.pid"; do
+        [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+    done
+    wait 2>/dev/null
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+read -r redis_port upstream_port proxy_port diy_front_port diy_port gateway_port admin_port < <(python3 -c '
+import socket
+sockets = [socket.socket() for _ in range(7)]
+for s in sockets: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in sockets])')
+upstream_url=http://127.0.0.1:$upstream_port
+proxy_url=http://127.0.0.1:$proxy_port
+diy_url=http://127.0.0.1:$diy_front_port
+gateway_url=http://127.0.0.1:$gateway_port
+admin_url=http://127.0.0.1:$admin_port
+redis_url=redis://127.0.0.1:$redis_port/0
+
+wait_for() {  # URL: answers anything within 15 s
+    for _ in $(seq 150); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+    echo "bench: $1 did not come up" >&2
+    return 1
+}
+
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
+    --pidfile "$work/redis.pid" --logfile "$work/logs/redis.log"
+
+# nginx NAME SERVERS: an nginx of its own (prefix, pid, logs in $work), never the system one.
+nginx_instance() {
+    cat > "$work/nginx-$1.conf" <<EOF
+worker_processes auto;
+pid $work/nginx-$1.pid;
+error_log $work/logs/nginx-$1.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $work/tmp/body; proxy_temp_path $work/tmp/proxy; fastcgi_temp_path $work/tmp/fastcgi;
+  uwsgi_temp_path $work/tmp/uwsgi; scgi_temp_path $work/tmp/scgi;
+  $2
+}
+EOF
+    nginx -p "$work" -c "$work/nginx-$1.conf" -e "$work/logs/nginx-$1.log"
+}
+keepalive_proxy='proxy_http_version 1.1; proxy_set_header Connection "";'
+nginx_instance upstream "
+  server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
+nginx_instance front "
+  upstream fast { server 127.0.0.1:$upstream_port; keepalive 256; }
+  upstream diy { server 127.0.0.1:$diy_port; keepalive 256; }
+  server { listen 127.0.0.1:$proxy_port; location / { proxy_pass http://fast; $keepalive_proxy } }
+  server {
+    listen 127.0.0.1:$diy_front_port;
+    location /assert/ { auth_request /_attest; proxy_pass http://fast; $keepalive_proxy }
+    location = /_attest {
+      internal;
+      proxy_pass http://diy; $keepalive_proxy
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length \"\";
+      proxy_set_header X-Original-URI \$request_uri;
+      proxy_set_header X-Original-Method \$request_method;
+    }
+    location / { return 404; }
+  }"
+
+"$gateway" bench ca --out "$work/ca" >/dev/null
+cat > "$work/gateway.yaml" <<EOF
+listen: "127.0.0.1:$gateway_port"
+admin_listen: "127.0.0.1:$admin_port"
+redis: { url: "$redis_url", pool_size: 64, timeout_ms: 1000 }
+app_attest:
+  apps: ["BENCH12345.com.example.bench"]
+  environments: [development]
+  trust_anchor: "$work/ca/root.pem"
+  challenge_ttl_seconds: 3600
+upstreams:
+  fast: { url: "$upstream_url", max_idle_connections: 512 }
+routes:
+  - { path_prefix: "/pass/", upstream: fast, policy: pass }
+  - { path_prefix: "/assert/", upstream: fast, policy: assert }
+  - { path_prefix: "/body/", upstream: fast, policy: assert, client_data: body }
+EOF
+# The request log (one JSON line per request) is still built, then dropped: the cheapest log sink.
+"$gateway" serve --config "$work/gateway.yaml" > /dev/null 2> "$work/logs/gateway.err" &
+gateway_pid=$!
+"$venv/bin/python" bench/diy/verifier.py --listen "127.0.0.1:$diy_port" --redis "$redis_url" --workers "$threads" \
+    > "$work/logs/diy.log" 2>&1 &
+diy_pid=$!
+diy_pids() { echo "$diy_pid" $(pgrep -P "$diy_pid"); }
+for url in "$upstream_url" "$proxy_url" "$diy_url" "$gateway_url/pass/" "http://127.0.0.1:$diy_port/"; do wait_for "$url"; done
+sleep 1  # the DIY verifier's other workers
+workers_of() { pgrep -P "$(cat "$work/nginx-$1.pid")" | paste -sd, -; }
+pids="gateway=$gateway_pid upstream=$(workers_of upstream) front=$(workers_of front) diy=$(diy_pids | tr ' ' ,) redis=$(cat "$work/redis.pid")"
+clk_tck=$(getconf CLK_TCK)
+
+# --- Measuring ----------------------------------------------------------------------------------------
+# load NAME TARGET KIND WHAT CONNECTIONS URL [VAR=VALUE…]: one wrk run of $run_seconds (default $duration).
+load() {
+    local name=$1 target=$2 kind=$3 what=$4 connections=$5 url=$6 rate=0 seconds=${run_seconds:-$duration}
+    shift 6
+    for assignment in "$@"; do [[ $assignment == BENCH_RATE=* ]] && rate=${assignment#BENCH_RATE=}; done
+    report reset-peaks --pids "$pids"
+    report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.before.json"
+    local profiler=""
+    if [ "${BENCH_PERF:-0}" = 1 ] && [ "$kind" = max ] && [ "$connections" = "$peak" ] && [[ $target =~ ^(c|d|keys)$ ]]; then
+        perf record -F 499 -g -p "$gateway_pid" -o "$work/perf-$name.data" -- sleep $((seconds - 1)) > /dev/null 2>&1 &
+        profiler=$!
+    fi
+    env BENCH_THREADS="$threads" BENCH_WORKDIR="$work/queues" BENCH_PIDS="$pids" BENCH_SUMMARY="$work/runs/$name.wrk.json" "$@" \
+        wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s -s bench/replay.lua "$url" > "$work/runs/$name.out" 2>&1 || true
+    report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.after.json"
+    if [ -n "$profiler" ]; then
+        wait "$profiler" || true
+        perf report -i "$work/perf-$name.data" --no-children --sort symbol --stdio 2>/dev/null \
+            | grep -E '^ +[0-9.]+%' | head -40 > "bench/results/perf-$name.txt" || true
+    fi
+    printf '{"name":"%s","target":"%s","kind":"%s","what":"%s","connections":%d,"rate":%s,"seconds":%s,"clk_tck":%s}\n' \
+        "$name" "$target" "$kind" "$what" "$connections" "$rate" "$seconds" "$clk_tck" >> "$work/runs/manifest.jsonl"
+    printf '%-16s %-40s %s\n' "$name" "$what, $connections conns" "$(tail -1 "$work/runs/$name.out")"
+}
+next_round() {  # NAME: the first counter the run after NAME may use
+    local round
+    round=$(report field "$work/runs/$1.wrk.json" next_round)
+    [ -n "$round" ] || { echo "bench: run $1 left no summary, so the next unused request is unknown" >&2; exit 1; }
+    echo "$round"
+}
+best() { report best "$work" "$1"; }
+
+echo "bench: $threads cores, ${duration}s per run, connections: $levels; work dir $work"
+echo "bench: (f) single-core crypto"
+openssl speed -seconds 5 ecdsap256 > "$work/openssl-speed.txt" 2>&1
+"$gateway" bench verify --seconds 5 > "$work/bench-verify.txt"
+grep -E "ecdsa \(nistp256\)" "$work/openssl-speed.txt" | tail -1
+cat "$work/bench-verify.txt"
+
+for connections in $levels; do
+    load "a-c$connections" a max "upstream direct (nginx return 200)" "$connections" "$upstream_url/pass/items/1"
+done
+for connections in $levels; do
+    load "b-c$connections" b max "nginx proxy_pass, keepalive" "$connections" "$proxy_url/pass/items/1"
+done
+for connections in $levels; do
+    load "c-c$connections" c max "gateway pass route" "$connections" "$gateway_url/pass/items/1"
+done
+
+# Latency at half load: the gateway pass route and the bare upstream paced to half the route's best rate.
+pass_best=$(best c)
+load a-rate-pass a rate "upstream direct, paced" "$rate_connections" "$upstream_url/pass/items/1" BENCH_RATE=$((pass_best / 2))
+load c-rate c rate "gateway pass, paced" "$rate_connections" "$gateway_url/pass/items/1" BENCH_RATE=$((pass_best / 2))
+
+# prepare_requests NAME COUNT: COUNT or more pre-signed assert requests from $devices new devices.
+prepare_requests() {
+    echo "bench: preparing $1: $devices devices, $2 requests"
+    "$gateway" bench prepare --gateway "$gateway_url" --ca "$work/ca" --devices "$devices" \
+        --requests-per-device $(( ($2 + devices - 1) / devices + 1 )) --out "$work/$1.txt" > "$work/prepare-$1.json" \
+        2> "$work/logs/prepare-$1.log"
+    cat "$work/prepare-$1.json"
+}
+
+# The gateway's assert runs: the pass route's best rate bounds them (same gateway, more work per request);
+# 10 % to spare, plus 2 s for the DIY calibration below.
+prepare_requests assert-gateway "$(python3 -c "print(int($pass_best * ($duration * ($level_count + 0.5) * 1.1 + 2)))")"
+round=1
+for connections in $levels; do
+    load "d-c$connections" d max "gateway assert route" "$connections" "$gateway_url" \
+        BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
+    round=$(next_round "d-c$connections")
+done
+assert_best=$(best d)
+load a-rate-assert a rate "upstream direct, paced" "$rate_connections" "$upstream_url/pass/items/1" BENCH_RATE=$((assert_best / 2))
+load d-rate d rate "gateway assert, paced" "$rate_connections" "$gateway_url" BENCH_RATE=$((assert_best / 2)) \
+    BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
+round=$(next_round d-rate)
+
+# The DIY peer is another stack with no known bound: 2 s at peak connections on what is left of the
+# gateway's requests measure it, and its own requests are sized from that with 30 % to spare.
+run_seconds=2 load e-calibration e calibration "DIY, sizing its requests" "$peak" "$diy_url" \
+    BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
+diy_rate=$(report field "$work/runs/e-calibration.wrk.json" rps)
+prepare_requests assert-diy "$(python3 -c "print(int(max(${diy_rate:-0}, $assert_best, 100) * $duration * $level_count * 1.3))")"
+round=1
+for connections in $levels; do
+    load "e-c$connections" e max "DIY: nginx auth_request + pyattest" "$connections" "$diy_url" \
+        BENCH_REQUESTS="$work/assert-diy.txt" BENCH_START_ROUND="$round"
+    round=$(next_round "e-c$connections")
+done
+
+# Many keys: written straight into Redis with the gateway's own store code (attesting 100k keys would
+# take longer than the whole bench), loaded into the key cache by one challenge-free request each on the
+# body route, then the assert route again at peak connections.
+if [ "$keys" -gt 0 ]; then
+    measured=$(python3 -c "print(int(max($assert_best, 100) * $duration * 1.3) + 1000)")
+    echo "bench: preparing $keys keys (stored directly in Redis) + $measured assert requests"
+    "$gateway" bench prepare --gateway "$gateway_url" --ca "$work/ca" --devices "$keys" \
+        --requests-per-device $(( (measured + keys - 1) / keys )) \
+        --max-requests "$measured" --register store --redis "$redis_url" --warmup-out "$work/warmup.txt" \
+        --out "$work/keys.txt" > "$work/prepare-keys.json" 2> "$work/logs/prepare-keys.log"
+    cat "$work/prepare-keys.json"
+    # A cache miss costs about twice a hit, so the warm-up gets time for 60 % of the assert rate, at most 150 s.
+    run_seconds=$(python3 -c "import math; print(min(150, math.ceil($keys / max($assert_best * 0.6, 100)) + 3))") \
+        load keys-warmup warmup warmup "gateway body route: each key once" 64 "$gateway_url" \
+        BENCH_REQUESTS="$work/warmup.txt"
+    load "keys-c$peak" keys max "gateway assert route, +$keys keys" "$peak" "$gateway_url" BENCH_REQUESTS="$work/keys.txt"
+fi
+
+# --- Report -------------------------------------------------------------------------------------------
+python3 - "$work/environment.json" <<EOF
+import json, os, platform, subprocess, sys
+def run(*command):
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+        return (result.stdout + result.stderr).strip().splitlines()[0]
+    except Exception as error:
+        return str(error)
+cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+environment = {
+    "date": run("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "commit": run("git", "rev-parse", "--short", "HEAD"),
+    "cores": os.cpu_count(), "cpu": cpu[0] if cpu else "", "kernel": platform.release(),
+    "nginx": run("nginx", "-v"), "wrk": run("wrk", "-v"), "redis": run("redis-server", "--version"),
+    "openssl": run("openssl", "version"), "python_diy": run("$venv/bin/python", "--version"),
+    "settings": {"duration_s": $duration, "levels": "$levels".split(), "devices": $devices, "keys": $keys,
+                 "rate_connections": $rate_connections, "wrk_threads": $threads, "quick": "${BENCH_QUICK:-0}" == "1"},
+    "prepare": [json.load(open("$work/prepare-%s.json" % name)) for name in ("assert-gateway", "assert-diy", "keys")
+                if os.path.exists("$work/prepare-%s.json" % name)],
+    "total_seconds": $(date +%s) - $bench_start,
+}
+json.dump(environment, open(sys.argv[1], "w"))
+EOF
+echo
+report table "$work" "$out"
+echo
+echo "bench: wrote $out in $(( $(date +%s) - bench_start )) s"
