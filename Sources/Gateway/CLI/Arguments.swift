@@ -1,7 +1,25 @@
+import Foundation
+
 /// A usage error: printed with the command's usage, exit code 2.
 public struct UsageError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// Runs one subcommand's body with the exit codes every command shares: a usage error prints the usage and
+/// exits 2; any other error is printed (after `hint`, if given) and exits 1.
+enum CommandRunner {
+    static func run(_ name: String, usage: String, hint: String? = nil, _ body: () throws -> Int32) -> Int32 {
+        do {
+            return try body()
+        } catch let error as UsageError {
+            FileHandle.standardError.write(Data("gateway \(name): \(error)\n\(usage)\n".utf8))
+            return 2
+        } catch {
+            FileHandle.standardError.write(Data("gateway \(name): \(error)\n\(hint.map { $0 + "\n" } ?? "")".utf8))
+            return 1
+        }
+    }
 }
 
 /// `--name value` / `--name=value` options, repeatable ones, boolean flags and positionals.

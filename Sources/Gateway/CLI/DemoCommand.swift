@@ -13,7 +13,7 @@ enum DemoCommand {
     """
 
     static func run(_ arguments: [String]) -> Int32 {
-        do {
+        CommandRunner.run("demo", usage: usage, hint: "(is the gateway running? start it with `make run`)") {
             var options = try Arguments(arguments)
             if options.positionals.first == "apple" {
                 return try DemoAppleCommand.run(&options)
@@ -32,12 +32,6 @@ enum DemoCommand {
                                 path: try options.optional("path") ?? "/v1/ai/generate")
             try options.rejectUnknown()
             return try demo.play() ? 0 : 1
-        } catch let error as UsageError {
-            FileHandle.standardError.write(Data("gateway demo: \(error)\n\(usage)\n".utf8))
-            return 2
-        } catch {
-            FileHandle.standardError.write(Data("gateway demo: \(error)\n(is the gateway running? start it with `make run`)\n".utf8))
-            return 1
         }
     }
 }

@@ -13,7 +13,7 @@ enum VerifyCommand {
     """
 
     static func run(_ arguments: [String]) -> Int32 {
-        do {
+        CommandRunner.run("verify", usage: usage) {
             guard let kind = arguments.first else { throw UsageError("verify what: attestation or assertion?") }
             var options = try Arguments(Array(arguments.dropFirst()), flagNames: ["explain"])
             switch kind {
@@ -21,9 +21,6 @@ enum VerifyCommand {
             case "assertion": return try assertion(&options)
             default: throw UsageError("unknown verify kind \"\(kind)\"")
             }
-        } catch {
-            FileHandle.standardError.write(Data("gateway verify: \(error)\n\(usage)\n".utf8))
-            return 2
         }
     }
 

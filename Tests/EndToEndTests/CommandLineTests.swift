@@ -1,0 +1,80 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// The offline commands, run as an operator would: output, exit codes.
+final class CommandLineTests: XCTestCase {
+    func vector(_ name: String) throws -> [String: Any] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: TestPaths.vectors + "/\(name).json"))
+        return try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+
+    func gateway(_ arguments: [String]) throws -> (status: Int32?, output: String) {
+        let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: arguments)
+        let status = process.waitForExit(timeout: 30)
+        usleep(50_000)
+        return (status, process.lines.joined(separator: "\n"))
+    }
+
+    func json(_ output: String) throws -> [String: Any] {
+        let line = try XCTUnwrap(output.split(separator: "\n").last { $0.hasPrefix("{") })
+        return try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+    }
+
+    func attestationArguments(_ v: [String: Any], environment: String) -> [String] {
+        ["verify", "attestation", "--attestation-b64", v["attestation_b64"] as! String, "--key-id", v["key_id_b64"] as! String,
+         "--challenge-b64", v["challenge_b64"] as! String, "--app", "\(v["team_id"]!).\(v["bundle_id"]!)",
+         "--environment", environment, "--at", v["verify_at"] as! String]
+    }
+
+    func testVerifyAttestationPrintsTheKeyAndExplains() throws {
+        let v = try vector("att-uebelack-production")
+        let (status, output) = try gateway(attestationArguments(v, environment: "production") + ["--explain"])
+        XCTAssertEqual(status, 0, output)
+        let result = try json(output)
+        XCTAssertEqual(result["valid"] as? Bool, true)
+        XCTAssertEqual(result["key_id"] as? String, v["key_id_b64"] as? String)
+        XCTAssertEqual(result["environment"] as? String, "production")
+        XCTAssertGreaterThanOrEqual((result["checks"] as? [String])?.count ?? 0, 9)
+
+        let (wrongStatus, wrongOutput) = try gateway(attestationArguments(v, environment: "development"))
+        XCTAssertEqual(wrongStatus, 1)
+        XCTAssertEqual(try json(wrongOutput)["reason"] as? String, "environment_mismatch")
+    }
+
+    func testVerifyAttestationWithTheRawClientDataHashOfApplesSample() throws {
+        let v = try vector("att-apple-guide-2026-sample")
+        let (status, output) = try gateway(["verify", "attestation", "--attestation-b64", v["attestation_b64"] as! String,
+                                            "--key-id", v["key_id_b64"] as! String, "--client-data-hash-b64", v["client_data_hash_b64"] as! String,
+                                            "--app", "1234567890.com.example.myapp", "--environment", "any", "--at", v["verify_at"] as! String])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertEqual(try json(output)["bundle_version"] as? String, "1")
+    }
+
+    func testVerifyAssertionAndItsFailures() throws {
+        let v = try vector("ass-basd-2021-04")
+        let arguments = ["verify", "assertion", "--assertion-b64", v["assertion_b64"] as! String, "--client-data-b64", v["client_data_b64"] as! String,
+                         "--public-key-b64", v["public_key_b64"] as! String, "--app", "35MFYY2JY5.co.chiff.attestation-test"]
+        let (status, output) = try gateway(arguments + ["--previous-counter", "0"])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertEqual(try json(output)["counter"] as? Int, 3)
+        let (replayStatus, replayOutput) = try gateway(arguments + ["--previous-counter", "3"])
+        XCTAssertEqual(replayStatus, 1)
+        XCTAssertEqual(try json(replayOutput)["reason"] as? String, "counter_not_increasing")
+    }
+
+    func testUsageErrorsExitTwo() throws {
+        XCTAssertEqual(try gateway(["verify", "assertion", "--assertion-b64", "!!"]).status, 2)
+        XCTAssertEqual(try gateway(["verify", "attestation", "--bogus", "1"]).status, 2)
+        XCTAssertEqual(try gateway(["no-such-command"]).status, 2)
+        XCTAssertEqual(try gateway(["bench", "verify", "--seconds", "0"]).status, 2)
+    }
+
+    func testBenchVerifyPrintsItsRateLast() throws {
+        let (status, output) = try gateway(["bench", "verify", "--seconds", "1"])
+        XCTAssertEqual(status, 0, output)
+        let last = try XCTUnwrap(output.split(separator: "\n").last)
+        XCTAssertTrue(last.hasPrefix("assertions_per_second="), output)
+        XCTAssertGreaterThan(Int(last.dropFirst("assertions_per_second=".count)) ?? 0, 100)
+    }
+}
