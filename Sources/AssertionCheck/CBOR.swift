@@ -113,10 +113,11 @@ public enum CBORDecoder {
             guard let tagged else { throw VerificationError(.badCBOR, "empty tag") }
             return .tagged(cbor_tag_value(item), try convert(tagged))
         default:
+            // Floats first: libcbor's bool/null/undefined tests assert (abort) on a float item.
+            if !cbor_float_ctrl_is_ctrl(item) { return .float(cbor_float_get_float(item)) }
             if cbor_is_bool(item) { return .bool(cbor_get_bool(item)) }
             if cbor_is_null(item) { return .null }
             if cbor_is_undef(item) { return .undefined }
-            if !cbor_float_ctrl_is_ctrl(item) { return .float(cbor_float_get_float(item)) }
             throw VerificationError(.badCBOR, "unsupported simple value")
         }
     }

@@ -96,6 +96,9 @@ final class MalformedInputTests: XCTestCase {
             ([0xA1, 0x63, 0x66, 0x6D, 0x74, 0x64, 0x6E, 0x6F, 0x6E, 0x65], .badFormat), // {"fmt": "none"}
             ([0xA0, 0x00], .badCBOR),                                   // trailing bytes
             ([0x62, 0xC3, 0x28], .badCBOR),                             // invalid UTF-8 text
+            ([0xA1, 0x61, 0x61, 0xF9, 0x3C, 0x00], .badFormat),         // {"a": 1.0 (half float)}: found by the byte-flip test
+            ([0xA1, 0x61, 0x61, 0xFB, 0x3F, 0xF0, 0, 0, 0, 0, 0, 0], .badFormat), // {"a": 1.0 (double)}
+            ([0xA1, 0x61, 0x61, 0xF5], .badFormat),                     // {"a": true}
         ]
         for (bytes, reason) in cases {
             XCTAssertEqual(attestationReason(bytes), reason, "\(bytes)")

@@ -2,17 +2,51 @@ import Foundation
 import Synchronization
 
 /// One JSON object per line on stdout: every request, and startup/config/connectivity events.
-/// Lines are written whole with one write(2) so concurrent threads never interleave.
+/// Lines are written whole, in order, so concurrent threads never interleave. A buffered log (the
+/// server's) appends lines to memory and a writer thread writes them every few milliseconds in one
+/// write(2): a write per request under a lock made hundreds of connection threads queue on it.
 public final class EventLog: Sendable {
     public typealias Level = LogConfig.Level
+    /// Past this much pending output the logging thread writes it itself (back-pressure, never loss).
+    static let maxPendingBytes = 1 << 20
 
     private let minimum: Atomic<Int>
     private let descriptor: Int32
-    private let lock = Mutex(())
+    private let buffered: Bool
+    private let pending = Locked<[UInt8]>([])
+    /// Held while a batch is written, so batches leave in the order their lines were logged.
+    private let writing = Locked(())
+    private let stopped = Atomic<Bool>(false)
 
-    public init(descriptor: Int32 = STDOUT_FILENO, level: Level = .info) {
+    public init(descriptor: Int32 = STDOUT_FILENO, level: Level = .info, buffered: Bool = false) {
         self.descriptor = descriptor
         self.minimum = Atomic(level.rank)
+        self.buffered = buffered
+        if buffered {
+            Thread.detachNewThread { [self] in
+                while !stopped.load(ordering: .relaxed) {
+                    usleep(5_000)
+                    flush()
+                }
+            }
+        }
+    }
+
+    /// Writes what is pending now (at shutdown, and before a buffered log's process exits).
+    public func flush() {
+        writing.withLock { _ in
+            let batch = pending.withLock { lines in
+                defer { lines.removeAll(keepingCapacity: true) }
+                return lines
+            }
+            writeAll(batch)
+        }
+    }
+
+    /// Flushes and stops the writer thread.
+    public func close() {
+        stopped.store(true, ordering: .relaxed)
+        flush()
     }
 
     public func setLevel(_ level: Level) { minimum.store(level.rank, ordering: .relaxed) }
@@ -40,15 +74,26 @@ public final class EventLog: Sendable {
     }
 
     private func write<Bytes: Collection<UInt8>>(bytes line: Bytes) {
-        lock.withLock { _ in
-            var bytes = Array(line)
-            var offset = 0
-            while offset < bytes.count {
-                let written = bytes.withUnsafeMutableBytes { Foundation.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
-                if written <= 0 { if errno == EINTR { continue }; return }
-                offset += written
+        guard buffered else {
+            writing.withLock { _ in writeAll(Array(line)) }
+            return
+        }
+        let size = pending.withLock { lines in
+            lines.append(contentsOf: line)
+            return lines.count
+        }
+        if size > EventLog.maxPendingBytes { flush() }
+    }
+
+    private func writeAll(_ bytes: [UInt8]) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
+            if written <= 0 {
+                if errno == EINTR { continue }
+                return
             }
-            bytes.removeAll()
+            offset += written
         }
     }
 

@@ -1,9 +1,10 @@
 import Foundation
-import Synchronization
 
 /// Prometheus text exposition of counters and histograms. Label sets are small and fixed by the
 /// configuration (routes, reason codes), so series stay bounded. Each series is keyed by its rendered
-/// name and labels (one string hash per update), and a request's updates are applied under one lock.
+/// name and labels (one string hash per update), and a request's updates are applied under one lock —
+/// one of several shards picked by thread, since one lock shared by every connection thread was the
+/// gateway's most contended; a scrape adds the shards up.
 public final class Metrics: Sendable {
     public static let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
@@ -50,7 +51,17 @@ public final class Metrics: Sendable {
         var help: [String: (type: String, text: String)] = [:]
     }
 
-    private let state = Mutex(State())
+    private static let shardCount = 16
+    private final class Shard: Sendable {
+        let state = Locked(State())
+    }
+
+    private let shards: [Shard] = (0..<Metrics.shardCount).map { _ in Shard() }
+
+    /// The calling thread's shard (thread ids are page-aligned stack addresses: drop the low bits).
+    private var shard: Shard {
+        shards[Int((UInt(pthread_self()) >> 12) % UInt(Metrics.shardCount))]
+    }
 
     public init() {}
 
@@ -67,7 +78,7 @@ public final class Metrics: Sendable {
             guard case .observe(let seconds) = update.kind else { return nil }
             return Metrics.latencyBuckets.firstIndex { seconds <= $0 }
         }
-        state.withLock { state in
+        shard.state.withLock { state in
             for (update, bucket) in zip(updates, bucketIndexes) {
                 switch update.kind {
                 case .count(let value):
@@ -88,11 +99,24 @@ public final class Metrics: Sendable {
     /// The value of one counter series (tests and the demo read it).
     public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
         let key = name + Metrics.render(labels)
-        return state.withLock { $0.counters[key]?.value ?? 0 }
+        return shards.reduce(0) { total, shard in total + shard.state.withLock { $0.counters[key]?.value ?? 0 } }
     }
 
     public func exposition(extra gauges: [(name: String, help: String, value: Double)] = []) -> String {
-        let snapshot = state.withLock { $0 }
+        let snapshot = shards.reduce(into: State()) { merged, shard in
+            let state = shard.state.withLock { $0 }
+            merged.help.merge(state.help) { first, _ in first }
+            for (key, counter) in state.counters {
+                merged.counters[key, default: Counter(name: counter.name, labels: counter.labels, value: 0)].value += counter.value
+            }
+            for (key, histogram) in state.histograms {
+                var sum = merged.histograms[key] ?? Histogram(name: histogram.name, labels: histogram.labels)
+                sum.buckets = zip(sum.buckets, histogram.buckets).map(+)
+                sum.count += histogram.count
+                sum.sum += histogram.sum
+                merged.histograms[key] = sum
+            }
+        }
         var output = ""
         var described = Set<String>()
         func describe(_ name: String) {

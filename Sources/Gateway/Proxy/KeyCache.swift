@@ -1,5 +1,4 @@
 import AssertionCheck
-import Synchronization
 
 /// The attested public keys, parsed once and kept in process: a key never changes after registration,
 /// only its counter and revocation do, and those live in Redis. Bounded by two generations: when the
@@ -17,7 +16,7 @@ public final class KeyCache: Sendable {
         var old: [[UInt8]: Entry] = [:]
     }
 
-    private let generations = Mutex(Generations())
+    private let generations = Locked(Generations())
     /// 0 when caching is off (`key_cache_size: 0`).
     private let generationSize: Int
 

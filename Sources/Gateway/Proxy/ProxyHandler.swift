@@ -6,13 +6,13 @@ import Upstream
 /// One request's path: route → (built-in endpoint | deny | pass | assert) → forward → log.
 /// Every early end is a `GatewayError`, turned into a response, a log line and a metric in one place.
 public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
-    private let current: Mutex<GatewayRuntime>
+    private let current: Locked<GatewayRuntime>
     let keyCache: KeyCache
     let metrics: Metrics
     let log: EventLog
 
     public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog) {
-        current = Mutex(runtime)
+        current = Locked(runtime)
         keyCache = KeyCache(capacity: runtime.config.appAttest.keyCacheSize)
         self.metrics = metrics
         self.log = log

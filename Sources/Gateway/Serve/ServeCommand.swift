@@ -26,7 +26,8 @@ enum ServeCommand {
             FileHandle.standardError.write(Data("gateway serve: \(error)\n\(usage)\n".utf8))
             return 2
         }
-        let log = EventLog()
+        let log = EventLog(buffered: true)
+        defer { log.close() }
         let loader = ConfigLoader(path: path, anchorOverride: anchorOverride)
         let config: GatewayConfig
         do {

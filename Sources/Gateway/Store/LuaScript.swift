@@ -1,4 +1,3 @@
-import Synchronization
 
 /// A Lua script run with EVALSHA. Its SHA1 is learned from SCRIPT LOAD on first use; when Redis has
 /// forgotten it (restart, failover, SCRIPT FLUSH) the NOSCRIPT error triggers one reload and a retry.
@@ -6,7 +5,7 @@ import Synchronization
 final class LuaScript: Sendable {
     let name: String
     private let source: String
-    private let sha = Mutex<String?>(nil)
+    private let sha = Locked<String?>(nil)
 
     init(name: String, source: String) {
         self.name = name

@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 /// A bounded pool of Redis connections shared by the HTTP server's threads (one per client connection).
 /// A caller waits at most `timeoutMs` for a free slot; connections are opened lazily, each within
@@ -11,7 +10,7 @@ public final class RedisPool: Sendable {
     public let timeoutMs: Int
     /// One permit per connection the pool may hold; a permit is held while a connection is lent out.
     private let permits: DispatchSemaphore
-    private let idle = Mutex<[Parked]>([])
+    private let idle = Locked<[Parked]>([])
 
     /// A connection nobody borrows. It crosses threads only through the pool, which lends it to one
     /// borrower at a time; that hand-over discipline is what the unchecked conformance stands for.
