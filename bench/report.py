@@ -126,8 +126,8 @@ def judge(run):
     run["cpu_cores"] = {name: round(ticks / run["clk_tck"] / wall, 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["cpu_seconds"] = {name: round(ticks / run["clk_tck"], 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["component_cores"] = round(sum(run["cpu_cores"].get(name, 0) for name in COMPONENTS[run["target"]]), 2)
-    if run["kind"] in ("warmup", "calibration"):
-        run["status"] = run["kind"]
+    if run["kind"] == "warmup":
+        run["status"] = "warmup"
     elif wrk["exhausted"] > 0:
         run["status"] = "EXHAUSTED"
     elif run["failed_share"] > FAILED_SHARE:
@@ -252,6 +252,8 @@ def print_table(runs, crypto_result, checks):
         decisions = run.get("gateway_decisions", {})
         if any(not key.endswith((" verified", " pass")) for key in decisions):
             print("%14s gateway decisions: %s" % ("", decisions))
+        if run["target"] in ("keys", "warmup"):
+            print("%14s gateway key cache: %s" % ("", run.get("key_cache", {})))
     print()
     for key, value in sorted(crypto_result.items()):
         print("%-50s %12.0f" % (key, value) if value > 10 else "%-50s %12.3f" % (key, value))

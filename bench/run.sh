@@ -150,7 +150,8 @@ load() {
     report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.before.json"
     local profiler=""
     if [ "${BENCH_PERF:-0}" = 1 ] && [ "$kind" = max ] && [ "$connections" = "$peak" ] && [[ $target =~ ^(c|d|keys)$ ]]; then
-        perf record -F 499 -g -p "$gateway_pid" -o "$work/perf-$name.data" -- sleep $((seconds - 1)) > /dev/null 2>&1 &
+        perf record -F 299 --call-graph dwarf,16384 -p "$gateway_pid" -o "$work/perf-$name.data" -- sleep $((seconds - 1)) \
+            > /dev/null 2>&1 &
         profiler=$!
     fi
     env BENCH_THREADS="$threads" BENCH_WORKDIR="$work/queues" BENCH_PIDS="$pids" BENCH_SUMMARY="$work/runs/$name.wrk.json" "$@" \
@@ -158,8 +159,14 @@ load() {
     report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.after.json"
     if [ -n "$profiler" ]; then
         wait "$profiler" || true
-        perf report -i "$work/perf-$name.data" --no-children --sort symbol --stdio 2>/dev/null \
-            | grep -E '^ +[0-9.]+%' | head -40 > "bench/results/perf-$name.txt" || true
+        {
+            echo "# perf of the gateway during $name ($what, $connections connections), BENCH_PERF=1 run: inclusive share"
+            perf report -i "$work/perf-$name.data" --children --sort symbol --stdio -g none 2>/dev/null \
+                | grep -E '^ +[0-9.]+%' | head -60
+            echo "# self share"
+            perf report -i "$work/perf-$name.data" --no-children --sort symbol --stdio -g none 2>/dev/null \
+                | grep -E '^ +[0-9.]+%' | head -30
+        } | swift demangle --simplified | cut -c1-220 > "bench/results/perf-$name.txt" || true
     fi
     printf '{"name":"%s","target":"%s","kind":"%s","what":"%s","connections":%d,"rate":%s,"seconds":%s,"clk_tck":%s}\n' \
         "$name" "$target" "$kind" "$what" "$connections" "$rate" "$seconds" "$clk_tck" >> "$work/runs/manifest.jsonl"
@@ -195,41 +202,51 @@ pass_best=$(best c)
 load a-rate-pass a rate "upstream direct, paced" "$rate_connections" "$upstream_url/pass/items/1" BENCH_RATE=$((pass_best / 2))
 load c-rate c rate "gateway pass, paced" "$rate_connections" "$gateway_url/pass/items/1" BENCH_RATE=$((pass_best / 2))
 
-# prepare_requests NAME COUNT: COUNT or more pre-signed assert requests from $devices new devices.
-prepare_requests() {
-    echo "bench: preparing $1: $devices devices, $2 requests"
-    "$gateway" bench prepare --gateway "$gateway_url" --ca "$work/ca" --devices "$devices" \
-        --requests-per-device $(( ($2 + devices - 1) / devices + 1 )) --out "$work/$1.txt" > "$work/prepare-$1.json" \
-        2> "$work/logs/prepare-$1.log"
-    cat "$work/prepare-$1.json"
+# Pre-signed assert requests come in files of $devices new devices each; $requests is the current file,
+# $round its first unused round (counter) and $file_end the round past its last.
+requests="" round=1 file_end=1 files=0
+# need_requests COUNT [BATCH]: COUNT unused requests or more, else a new file of BATCH (default COUNT).
+need_requests() {
+    [ $(( (file_end - round) * devices )) -ge "$1" ] && return 0
+    local count=${2:-$1} rounds
+    rounds=$(( (count + devices - 1) / devices + 1 ))
+    files=$((files + 1)) requests="$work/requests-$files.txt" round=1 file_end=$((rounds + 1))
+    echo "bench: preparing $requests: $devices devices x $rounds requests"
+    "$gateway" bench prepare --gateway "$gateway_url" --ca "$work/ca" --devices "$devices" --requests-per-device "$rounds" \
+        --out "$requests" > "$work/prepare-$files.json" 2> "$work/logs/prepare-$files.log"
+    cat "$work/prepare-$files.json"
 }
+# enough SECONDS RATE: the requests one run of SECONDS at RATE req/s can use, 15 % to spare.
+enough() { python3 -c "print(int($1 * max($2, 100) * 1.15))"; }
 
-# The gateway's assert runs: the pass route's best rate bounds them (same gateway, more work per request);
-# 10 % to spare, plus 2 s for the DIY calibration below.
-prepare_requests assert-gateway "$(python3 -c "print(int($pass_best * ($duration * ($level_count + 0.5) * 1.1 + 2)))")"
-round=1
+# The gateway's assert route cannot beat its pass route (same gateway, more work per request), so the
+# pass route's best rate bounds its runs.
+left=$level_count
 for connections in $levels; do
+    need_requests "$(enough "$duration" "$pass_best")" "$(enough "$duration * ($left + 0.5)" "$pass_best")"
+    left=$((left - 1))
     load "d-c$connections" d max "gateway assert route" "$connections" "$gateway_url" \
-        BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
+        BENCH_REQUESTS="$requests" BENCH_START_ROUND="$round"
     round=$(next_round "d-c$connections")
 done
 assert_best=$(best d)
 load a-rate-assert a rate "upstream direct, paced" "$rate_connections" "$upstream_url/pass/items/1" BENCH_RATE=$((assert_best / 2))
+need_requests "$(enough "$duration" "$assert_best / 2")"
 load d-rate d rate "gateway assert, paced" "$rate_connections" "$gateway_url" BENCH_RATE=$((assert_best / 2)) \
-    BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
+    BENCH_REQUESTS="$requests" BENCH_START_ROUND="$round"
 round=$(next_round d-rate)
 
-# The DIY peer is another stack with no known bound: 2 s at peak connections on what is left of the
-# gateway's requests measure it, and its own requests are sized from that with 30 % to spare.
-run_seconds=2 load e-calibration e calibration "DIY, sizing its requests" "$peak" "$diy_url" \
-    BENCH_REQUESTS="$work/assert-gateway.txt" BENCH_START_ROUND="$round"
-diy_rate=$(report field "$work/runs/e-calibration.wrk.json" rps)
-prepare_requests assert-diy "$(python3 -c "print(int(max(${diy_rate:-0}, $assert_best, 100) * $duration * $level_count * 1.3))")"
-round=1
+# The DIY peer is another stack with no such bound: each run gets room for 1.5 x the best rate seen so far
+# (the gateway's pass route's until the peer has its own), and a new file is prepared when that is short.
+diy_bound=$(python3 -c "print(int(max($pass_best, $assert_best) * 1.5))")
+left=$level_count
 for connections in $levels; do
+    need_requests "$(enough "$duration" "$diy_bound")" "$(enough "$duration * $left" "$diy_bound")"
+    left=$((left - 1))
     load "e-c$connections" e max "DIY: nginx auth_request + pyattest" "$connections" "$diy_url" \
-        BENCH_REQUESTS="$work/assert-diy.txt" BENCH_START_ROUND="$round"
+        BENCH_REQUESTS="$requests" BENCH_START_ROUND="$round"
     round=$(next_round "e-c$connections")
+    diy_bound=$(python3 -c "print(int(max($diy_bound / 1.5, $(best e)) * 1.5))")
 done
 
 # Many keys: written straight into Redis with the gateway's own store code (attesting 100k keys would
@@ -243,8 +260,8 @@ if [ "$keys" -gt 0 ]; then
         --max-requests "$measured" --register store --redis "$redis_url" --warmup-out "$work/warmup.txt" \
         --out "$work/keys.txt" > "$work/prepare-keys.json" 2> "$work/logs/prepare-keys.log"
     cat "$work/prepare-keys.json"
-    # A cache miss costs about twice a hit, so the warm-up gets time for 60 % of the assert rate, at most 150 s.
-    run_seconds=$(python3 -c "import math; print(min(150, math.ceil($keys / max($assert_best * 0.6, 100)) + 3))") \
+    # A cache miss costs about twice a hit, so the warm-up gets time for 45 % of the assert rate, at most 160 s.
+    run_seconds=$(python3 -c "import math; print(min(160, math.ceil($keys / max($assert_best * 0.45, 100)) + 3))") \
         load keys-warmup warmup warmup "gateway body route: each key once" 64 "$gateway_url" \
         BENCH_REQUESTS="$work/warmup.txt"
     load "keys-c$peak" keys max "gateway assert route, +$keys keys" "$peak" "$gateway_url" BENCH_REQUESTS="$work/keys.txt"
@@ -252,7 +269,7 @@ fi
 
 # --- Report -------------------------------------------------------------------------------------------
 python3 - "$work/environment.json" <<EOF
-import json, os, platform, subprocess, sys
+import glob, json, os, platform, subprocess, sys
 def run(*command):
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=10)
@@ -261,14 +278,13 @@ def run(*command):
         return str(error)
 cpu = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
 environment = {
-    "date": run("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "commit": run("git", "rev-parse", "--short", "HEAD"),
+    "date": run("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "commit": run("git", "describe", "--always", "--dirty"),
     "cores": os.cpu_count(), "cpu": cpu[0] if cpu else "", "kernel": platform.release(),
     "nginx": run("nginx", "-v"), "wrk": run("wrk", "-v"), "redis": run("redis-server", "--version"),
     "openssl": run("openssl", "version"), "python_diy": run("$venv/bin/python", "--version"),
     "settings": {"duration_s": $duration, "levels": "$levels".split(), "devices": $devices, "keys": $keys,
                  "rate_connections": $rate_connections, "wrk_threads": $threads, "quick": "${BENCH_QUICK:-0}" == "1"},
-    "prepare": [json.load(open("$work/prepare-%s.json" % name)) for name in ("assert-gateway", "assert-diy", "keys")
-                if os.path.exists("$work/prepare-%s.json" % name)],
+    "prepare": [json.load(open(path)) for path in sorted(glob.glob("$work/prepare-*.json"))],
     "total_seconds": $(date +%s) - $bench_start,
 }
 json.dump(environment, open(sys.argv[1], "w"))
