@@ -18,7 +18,7 @@ public struct AppAttestConfig: Sendable {
         let (anchor, anchorFile) = readTrustAnchor(section.optional("trust_anchor"), baseDirectory: baseDirectory)
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
-                               keyCacheSize: section.int("key_cache_size", default: 100_000, in: 0...10_000_000))
+                               keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000))
     }
 
     private static func readApps(_ value: ConfigValue?) -> [AppID] {

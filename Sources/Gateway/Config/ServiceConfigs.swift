@@ -25,8 +25,8 @@ public struct RedisConfig: Sendable, Equatable {
         }
         return RedisConfig(url: url, host: parsed.host, port: parsed.port, database: parsed.database,
                            username: parsed.username, password: parsed.password,
-                           poolSize: section.int("pool_size", default: 16, in: 1...1024),
-                           timeoutMs: section.int("timeout_ms", default: 250, in: 1...60_000), keyPrefix: keyPrefix)
+                           poolSize: section.int("pool_size", default: 32, in: 1...1024),
+                           timeoutMs: section.int("timeout_ms", default: 500, in: 1...60_000), keyPrefix: keyPrefix)
     }
 
     private struct Endpoint {
