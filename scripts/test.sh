@@ -10,4 +10,13 @@ cleanup() { kill "$(cat "$work/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm 
 trap cleanup EXIT
 export TEST_REDIS_URL="redis://127.0.0.1:$port/0"
 swift build --build-tests
-swift test --skip-build "$@"
+# XCTest only (the suite has no Swift Testing tests); the last line is the plain "N passed, N failed" summary.
+set +e
+swift test --skip-build --disable-swift-testing "$@" 2>&1 | tee "$work/test.log"
+status=${PIPESTATUS[0]}
+set -e
+summary=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with [0-9]+ failures?" "$work/test.log" | tail -n1 || true)
+executed=$(echo "$summary" | sed -E 's/.*Executed ([0-9]+) tests?.*/\1/')
+failed=$(echo "$summary" | sed -E 's/.*with ([0-9]+) failures?.*/\1/')
+[ -n "$executed" ] && echo "${executed:+$((executed - failed))} passed, ${failed} failed"
+exit "$status"
