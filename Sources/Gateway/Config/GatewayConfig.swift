@@ -118,7 +118,7 @@ public struct GatewayConfig: Sendable {
             connectionLimit: section.int("connection_limit", default: 1024, in: 1...100_000),
             perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...100_000),
             connectionTimeoutSeconds: section.int("connection_timeout_seconds", default: 30, in: 1...3600),
-            connectionMemoryLimitBytes: section.int("connection_memory_limit_bytes", default: 65536,
+            connectionMemoryLimitBytes: section.int("connection_memory_limit_bytes", default: 32768,
                                                     in: 8192...16 * 1024 * 1024),
             maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling))
     }

@@ -125,7 +125,7 @@ public struct ServerLimits: Sendable, Equatable {
     public var threadStackSizeBytes: Int
 
     public init(connectionLimit: Int = 1024, perIPConnectionLimit: Int = 0, connectionTimeoutSeconds: Int = 30,
-                connectionMemoryLimitBytes: Int = 65536, maxBodyBytes: Int = 1_048_576, threadStackSizeBytes: Int = 0) {
+                connectionMemoryLimitBytes: Int = 32768, maxBodyBytes: Int = 1_048_576, threadStackSizeBytes: Int = 0) {
         self.connectionLimit = connectionLimit
         self.perIPConnectionLimit = perIPConnectionLimit
         self.connectionTimeoutSeconds = connectionTimeoutSeconds
