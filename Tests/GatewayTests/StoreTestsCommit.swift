@@ -4,19 +4,7 @@ import Gateway
 import XCTest
 
 /// The assertion commit script: its checks, its counter rules, and its atomicity under concurrency.
-final class StoreTestsCommit: XCTestCase {
-    var fixture: StoreFixture!
-    var store: AttestStore { fixture.store }
-    var record: KeyRecord!
-
-    override func setUpWithError() throws {
-        fixture = try StoreFixture()
-        record = StoreFixture.record()
-        XCTAssertEqual(try store.register(record), .created)
-    }
-
-    override func tearDown() { fixture = nil }
-
+final class StoreTestsCommit: RegisteredKeyTestCase {
     func commit(_ counter: UInt32, window: Int = 0, challenge: String? = nil, now: Date = Date()) throws -> CommitOutcome {
         try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: challenge,
                                   counter: counter, window: window, now: now)

@@ -4,19 +4,7 @@ import Gateway
 import XCTest
 
 /// State for Apple's server APIs: single-use device tokens, the receipt schedule, stored risk metrics.
-final class StoreTestsDevice: XCTestCase {
-    var fixture: StoreFixture!
-    var store: AttestStore { fixture.store }
-    var record: KeyRecord!
-
-    override func setUpWithError() throws {
-        fixture = try StoreFixture()
-        record = StoreFixture.record()
-        XCTAssertEqual(try store.register(record), .created)
-    }
-
-    override func tearDown() { fixture = nil }
-
+final class StoreTestsDevice: RegisteredKeyTestCase {
     func testDeviceTokenIsSingleUse() throws {
         let token = Array("device-token-bytes".utf8)
         XCTAssertTrue(try store.consumeDeviceToken(token, ttlSeconds: 60))

@@ -98,3 +98,18 @@ extension RedisTestServer {
         RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password)
     }
 }
+
+/// A test case with a fresh store and one registered key record (production) per test.
+class RegisteredKeyTestCase: XCTestCase {
+    var fixture: StoreFixture!
+    var store: AttestStore { fixture.store }
+    var record: KeyRecord!
+
+    override func setUpWithError() throws {
+        fixture = try StoreFixture()
+        record = StoreFixture.record()
+        XCTAssertEqual(try store.register(record), .created)
+    }
+
+    override func tearDown() { fixture = nil }
+}
