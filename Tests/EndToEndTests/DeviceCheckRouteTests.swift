@@ -153,6 +153,14 @@ final class DeviceCheckRouteTests: XCTestCase {
         XCTAssertEqual(logged?["risk_metric"] as? Int, 9)
     }
 
+    func testAppleRefusingTheGatewaysKeyIsAServiceErrorNotTheDevicesFault() throws {
+        apple.script("/v1/query_two_bits", [.status(401, FakeAppleServer.invalidJWT)])
+        let reply = try env.request("GET", "/fallback/x", headers: [HTTPField("X-Apple-Device-Token", token("phone-misconfigured"))])
+        XCTAssertEqual(reply.status, 503)
+        XCTAssertEqual(reply.error, "apple_misconfigured")
+        XCTAssertEqual(apple.requests(to: "/v1/query_two_bits").filter { !$0.jwtVerified }.count, 0, "the gateway's JWT was fine")
+    }
+
     func testVerifyDeviceAnswersTheBits() throws {
         let reply = try env.request("POST", "/verify-device", body: Array("{\"device_token\":\"\(token("phone-v"))\"}".utf8))
         XCTAssertEqual(reply.status, 200, reply.text)

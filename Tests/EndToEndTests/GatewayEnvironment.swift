@@ -145,17 +145,14 @@ final class AppClient: @unchecked Sendable {
     }
 
     func registerRaw(attestation: [UInt8], challenge: [UInt8]) throws -> Reply {
-        let body = try JSONSerialization.data(withJSONObject: [
-            "key_id": device.keyIdBase64, "attestation": Base64.encode(attestation), "challenge": Base64.encode(challenge),
-        ])
+        let body = SimulatedDevice.registrationBody(keyId: device.keyIdBase64, attestation: attestation, challenge: challenge)
         return try Reply(client.send(UpstreamRequest(method: "POST", pathAndQuery: "/attest/verify",
                                                      headers: [HTTPField("Host", "gateway.test"), HTTPField("Content-Type", "application/json")],
-                                                     body: Array(body))))
+                                                     body: body)))
     }
 
     func assertChallenge() throws -> String {
-        let encoded = device.keyIdBase64.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
-        let reply = try get("/assert/challenge?key_id=\(encoded)")
+        let reply = try get("/assert/challenge?" + device.assertChallengeQuery)
         XCTAssertEqual(reply.status, 200, reply.text)
         return reply.text
     }
@@ -165,13 +162,9 @@ final class AppClient: @unchecked Sendable {
                 counter: UInt32? = nil, extraHeaders: [HTTPField] = []) throws -> UpstreamRequest {
         let clientData = SimulatedDevice.requestClientData(challenge: try challenge ?? assertChallenge(), method: method,
                                                            path: path, query: query, body: body)
-        let assertion = try counter.map { try device.assert(clientData: clientData, counter: $0) } ?? device.assert(clientData: clientData)
-        return UpstreamRequest(method: method, pathAndQuery: path + (query.map { "?" + $0 } ?? ""), headers: [
-            HTTPField("Host", "gateway.test"),
-            HTTPField("X-App-Attest-Key-Id", device.keyIdBase64),
-            HTTPField("X-App-Attest-Assertion", Base64.encode(assertion)),
-            HTTPField("X-App-Attest-Client-Data", Base64.encode(clientData)),
-        ] + extraHeaders, body: body)
+        let headers = try device.assertionHeaders(clientData: clientData, counter: counter).map { HTTPField($0.name, $0.value) }
+        return UpstreamRequest(method: method, pathAndQuery: path + (query.map { "?" + $0 } ?? ""),
+                               headers: [HTTPField("Host", "gateway.test")] + headers + extraHeaders, body: body)
     }
 
     func send(_ request: UpstreamRequest) throws -> Reply { try Reply(client.send(request)) }

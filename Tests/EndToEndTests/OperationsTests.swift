@@ -20,6 +20,7 @@ final class OperationsTests: XCTestCase {
         XCTAssertEqual(denied.error, "store_unavailable")
         XCTAssertLessThan(Date().timeIntervalSince(started), 3, "a dead Redis must fail fast, not hang")
         XCTAssertEqual(try env.request("GET", "/public/still-up").status, 200)
+        XCTAssertEqual(try env.request("GET", "/attest/challenge").error, "store_unavailable")
         XCTAssertEqual(try env.admin("/readyz").status, 503)
         XCTAssertEqual(try env.admin("/healthz").status, 200)
         // Report mode still forwards, marked with the reason.

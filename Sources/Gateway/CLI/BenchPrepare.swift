@@ -154,12 +154,9 @@ struct BenchPrepare: Sendable {
 
     private func attest(_ device: SimulatedDevice) throws {
         let challenge = try exchange("attest challenge", UpstreamRequest(method: "GET", pathAndQuery: "/attest/challenge"))
-        let attestation = try device.attest(challenge: challenge)
-        let body = JSONOutput.line(["key_id": device.keyIdBase64, "attestation": Base64.encode(attestation),
-                                    "challenge": Base64.encode(challenge)])
         _ = try exchange("attest verify", UpstreamRequest(method: "POST", pathAndQuery: "/attest/verify",
                                                           headers: [HTTPField("Content-Type", "application/json")],
-                                                          body: Array(body.utf8)))
+                                                          body: device.registrationBody(challenge: challenge)))
     }
 
     private func storeRecord(_ device: SimulatedDevice, in store: AttestStore) throws {
@@ -203,21 +200,18 @@ struct BenchPrepare: Sendable {
 
     private func signedLine(_ device: SimulatedDevice, index: Int, counter: Int, route: String, clientData: ClientDataSource) throws -> String {
         let path = "\(route)items/\(index)"
-        let keyIdField = "X-App-Attest-Key-Id: \(device.keyIdBase64)"
         switch clientData {
         case .json:
-            let encodedKeyId = device.keyIdBase64.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
             let challengeBytes = try exchange("assert challenge",
-                                              UpstreamRequest(method: "GET", pathAndQuery: "/assert/challenge?key_id=\(encodedKeyId)"))
+                                              UpstreamRequest(method: "GET", pathAndQuery: "/assert/challenge?" + device.assertChallengeQuery))
             let clientData = SimulatedDevice.requestClientData(challenge: String(decoding: challengeBytes, as: UTF8.self), method: "GET",
                                                                path: path, query: nil, body: [])
-            let assertion = try device.assert(clientData: clientData, counter: UInt32(counter))
-            return ["\(index)", "\(counter)", "GET", path, "", keyIdField, "X-App-Attest-Assertion: \(Base64.encode(assertion))",
-                    "X-App-Attest-Client-Data: \(Base64.encode(clientData))"].joined(separator: "\t")
+            let headers = try device.assertionHeaders(clientData: clientData, counter: UInt32(counter)).map { "\($0.name): \($0.value)" }
+            return (["\(index)", "\(counter)", "GET", path, ""] + headers).joined(separator: "\t")
         case .body:
             let body = #"{"device":\#(index),"counter":\#(counter)}"#
             let assertion = try device.assert(clientData: Array(body.utf8), counter: UInt32(counter))
-            return ["\(index)", "\(counter)", "POST", path, body, "Content-Type: application/json", keyIdField,
+            return ["\(index)", "\(counter)", "POST", path, body, "Content-Type: application/json", "X-App-Attest-Key-Id: \(device.keyIdBase64)",
                     "X-App-Attest-Assertion: \(Base64.encode(assertion))"].joined(separator: "\t")
         }
     }

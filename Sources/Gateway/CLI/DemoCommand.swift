@@ -64,11 +64,9 @@ struct Demo {
         var passed = true
         let challenge = try send("1. Fetch a one-time attestation challenge", GET: prefix + "/attest/challenge", expect: 200)
         passed = passed && challenge.ok
-        let attestation = try device.attest(challenge: challenge.body)
-        let registration = JSONOutput.line(["key_id": device.keyIdBase64, "attestation": Base64.encode(attestation),
-                                            "challenge": Base64.encode(challenge.body)])
+        let registration = try device.registrationBody(challenge: challenge.body)
         passed = try send("2. Attest the key (Apple-format object from the simulator) and register it",
-                          request("POST", prefix + "/attest/verify", body: Array(registration.utf8), contentType: "application/json"), expect: 200).ok && passed
+                          request("POST", prefix + "/attest/verify", body: registration, contentType: "application/json"), expect: 200).ok && passed
         let signed = try signedRequest()
         passed = try send("3. Call the protected route with a valid assertion → forwarded to the upstream", signed, expect: 200).ok && passed
         passed = try send("4. Replay the very same request → rejected", signed, expect: 409).ok && passed
@@ -98,15 +96,12 @@ struct Demo {
     }
 
     private func signedRequest(path: String) throws -> UpstreamRequest {
-        let keyId = device.keyIdBase64.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
-        let challenge = try http.send(request("GET", prefix + "/assert/challenge?key_id=\(keyId)"))
+        let challenge = try http.send(request("GET", prefix + "/assert/challenge?" + device.assertChallengeQuery))
         let text = String(decoding: try challenge.readAll(limit: 4096), as: UTF8.self)
         challenge.finish()
         let clientData = SimulatedDevice.requestClientData(challenge: text, method: "POST", path: path, query: nil, body: body)
         var signed = request("POST", path, body: body, contentType: "application/json")
-        signed.headers += [HTTPField("X-App-Attest-Key-Id", device.keyIdBase64),
-                           HTTPField("X-App-Attest-Assertion", Base64.encode(try device.assert(clientData: clientData))),
-                           HTTPField("X-App-Attest-Client-Data", Base64.encode(clientData))]
+        signed.headers += try device.assertionHeaders(clientData: clientData).map { HTTPField($0.name, $0.value) }
         return signed
     }
 

@@ -39,13 +39,6 @@ public final class KeyCache: Sendable {
         generations.withLock { Self.insert(keyId, entry, into: &$0, generationSize: generationSize) }
     }
 
-    public func remove(_ keyId: [UInt8]) {
-        generations.withLock { state in
-            state.young[keyId] = nil
-            state.old[keyId] = nil
-        }
-    }
-
     public var count: Int { generations.withLock { $0.young.count + $0.old.count } }
 
     private static func insert(_ keyId: [UInt8], _ entry: Entry, into state: inout Generations, generationSize: Int) {
