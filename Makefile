@@ -8,7 +8,7 @@ deps:
 	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
 
 build: deps
-	swift build -c release --product gateway
+	swift build -c release --product gateway --static-swift-stdlib
 
 test: deps
 	./scripts/test.sh
@@ -17,7 +17,7 @@ run: deps
 	./scripts/run.sh
 
 demo:
-	swift build -c release --product gateway
+	swift build -c release --product gateway --static-swift-stdlib
 	.build/release/gateway demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
 
 clean:

@@ -18,8 +18,8 @@ COUNTER = re.compile(r'^(gateway_requests_total|gateway_key_cache_total|gateway_
 FAILED_SHARE = 0.001  # more rejected or failed requests than this and a run is FAILED, not fast
 # Whose CPU a target's throughput costs (the upstream nginx serves every target and is listed apart).
 COMPONENTS = {"a": ["upstream"], "b": ["front"], "c": ["gateway"], "d": ["gateway"], "e": ["front", "diy"],
-              "keys": ["gateway"], "warmup": ["gateway"]}
-GATEWAY_TARGETS = ("c", "d", "keys", "warmup")
+              "keys": ["gateway"]}
+GATEWAY_TARGETS = ("c", "d", "keys")
 
 
 def pid_groups(text):
@@ -126,9 +126,7 @@ def judge(run):
     run["cpu_cores"] = {name: round(ticks / run["clk_tck"] / wall, 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["cpu_seconds"] = {name: round(ticks / run["clk_tck"], 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["component_cores"] = round(sum(run["cpu_cores"].get(name, 0) for name in COMPONENTS[run["target"]]), 2)
-    if run["kind"] == "warmup":
-        run["status"] = "warmup"
-    elif wrk["exhausted"] > 0:
+    if wrk["exhausted"] > 0:
         run["status"] = "EXHAUSTED"
     elif run["failed_share"] > FAILED_SHARE:
         run["status"] = "FAILED"
@@ -202,10 +200,10 @@ def targets(runs, crypto_result, settings):
     big, small = named(runs, "keys-c%s" % peak), named(runs, "d-c%s" % peak)
     keys, devices = settings.get("keys", 0), settings.get("devices", 0)
     rss = big["after"]["memory"].get("gateway", {}).get("peak_rss_mib") if big else None
-    cached = named_any(runs, "keys-warmup").get("key_cache", {}).get("entries_after", "?")
+    cached = big.get("key_cache", {}).get("entries_after", "?") if big else "?"
     check("gateway peak RSS, %s connections, %s keys (%s cached) (MiB)" % (peak, keys + 2 * devices, cached), rss,
           "<= 64", lambda v: v <= 64,
-          "VmHWM (reset before the run) of the gateway during the assert run after the key warm-up")
+          "VmHWM (reset before the run) of the gateway during the assert run with the large key set")
     check("assert req/s, %s keys / %s keys (%s connections)" % (keys + 2 * devices, devices, peak),
           ratio(rps(big), rps(small)), ">= 0.9", lambda v: v >= 0.9,
           "req/s of the assert run with the large key set over the same run with the small one")
@@ -252,7 +250,7 @@ def print_table(runs, crypto_result, checks):
         decisions = run.get("gateway_decisions", {})
         if any(not key.endswith((" verified", " pass")) for key in decisions):
             print("%14s gateway decisions: %s" % ("", decisions))
-        if run["target"] in ("keys", "warmup"):
+        if run["target"] == "keys":
             print("%14s gateway key cache: %s" % ("", run.get("key_cache", {})))
     print()
     for key, value in sorted(crypto_result.items()):

@@ -72,6 +72,22 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertNotEqual(RequestID.accept([]), RequestID.accept([]))
     }
 
+    func testLogTimestampsAreRFC3339UTCWithMilliseconds() {
+        XCTAssertEqual(EventLog.timestamp(secondsSinceEpoch: 0, milliseconds: 0), "1970-01-01T00:00:00.000Z")
+        XCTAssertEqual(EventLog.timestamp(secondsSinceEpoch: 1_796_083_199, milliseconds: 7), "2026-11-30T23:59:59.007Z")
+        XCTAssertEqual(EventLog.timestamp(secondsSinceEpoch: 951_782_400, milliseconds: 999), "2000-02-29T00:00:00.999Z")
+        let now = EventLog.timestamp()
+        let parsed = ISO8601DateFormatter.withFractionalSeconds.date(from: now)
+        XCTAssertLessThan(abs(parsed?.timeIntervalSinceNow ?? 99), 5, now)
+    }
+
+    func testSecureRandomBytesDiffer() {
+        let first = SecureRandom.bytes(32), second = SecureRandom.bytes(32)
+        XCTAssertEqual(first.count, 32)
+        XCTAssertNotEqual(first, second)
+        XCTAssertEqual(SecureRandom.bytes(0), [])
+    }
+
     func testQueryStringKeepsPlusSigns() {
         XCTAssertEqual(QueryString.value(of: "key_id", in: "a=1&key_id=ab%2Bc/d=="), "ab+c/d==")
         XCTAssertEqual(QueryString.value(of: "key_id", in: "key_id=ab+c"), "ab+c")
@@ -116,5 +132,13 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertFalse(HTTPField("X-App-Attest-Key-I", "").hasName("X-App-Attest-Key-Id"))
         XCTAssertFalse(HTTPField("X-App-Attest-Key_Id", "").hasName("X-App-Attest-Key-Id"))
         XCTAssertFalse(HTTPField("[", "").hasName("{"), "only letters fold")
+    }
+}
+
+private extension ISO8601DateFormatter {
+    static var withFractionalSeconds: ISO8601DateFormatter {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter
     }
 }

@@ -122,6 +122,29 @@ final class StoreTests: XCTestCase {
         }
     }
 
+    func testPublicKeyPartsLoadFromEitherEnvironmentWithoutTheReceipt() throws {
+        let production = StoreFixture.record(receipt: StoreFixture.randomBytes(6000))
+        let development = StoreFixture.record(environment: .development)
+        XCTAssertEqual(try store.register(production), .created)
+        XCTAssertEqual(try store.register(development), .created)
+        let loaded = try XCTUnwrap(try store.loadPublicKey(keyId: production.keyId))
+        XCTAssertEqual(loaded.publicKeySPKI, production.publicKeySPKI)
+        XCTAssertEqual(loaded.appID, production.appID)
+        XCTAssertEqual(loaded.environment, .production)
+        XCTAssertEqual(try store.loadPublicKey(keyId: development.keyId)?.environment, .development)
+        XCTAssertNil(try store.loadPublicKey(keyId: StoreFixture.randomBytes(32)))
+        XCTAssertNil(try store.loadPublicKey(keyId: []))
+    }
+
+    func testPublicKeyOfARecordWithoutEnvironmentIsAStoreError() throws {
+        let keyId = StoreFixture.randomBytes(32)
+        let name = "\(fixture.prefix):{\(Base64.encodeURLSafe(keyId))}:production:key"
+        XCTAssertEqual(try fixture.connection().command("HSET", name, "public_key", "x", "app_id", "A.b"), .integer(2))
+        XCTAssertThrowsError(try store.loadPublicKey(keyId: keyId)) { error in
+            XCTAssertEqual((error as? StoreError)?.reasonCode, "store_error")
+        }
+    }
+
     func testPingAnswers() {
         XCTAssertTrue(store.ping())
     }

@@ -125,6 +125,13 @@ final class UpstreamClientTests: XCTestCase {
         XCTAssertEqual(names, ["Set-Cookie", "X-Other", "Set-Cookie"])
     }
 
+    func testResponseHeaderValuesLoseSurroundingWhitespaceOnly() throws {
+        let response = try makeClient().send(UpstreamRequest(
+            method: "GET", pathAndQuery: "/response-headers?X-Spaced=%20%20padded%20%20value%09&X-Colon=a:b"))
+        XCTAssertEqual(response.headers.values(named: "x-spaced"), ["padded  value"])
+        XCTAssertEqual(response.headers.values(named: "x-colon"), ["a:b"])
+    }
+
     func testInterimResponsesAreSkipped() throws {
         let response = try makeClient().send(UpstreamRequest(method: "GET", pathAndQuery: "/early-hints"))
         XCTAssertEqual(response.status, 200)

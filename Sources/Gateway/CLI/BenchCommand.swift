@@ -16,7 +16,7 @@ enum BenchCommand {
            gateway bench prepare --gateway URL --ca DIR --out FILE [--devices K] [--requests-per-device M]
                                  [--route /assert/] [--client-data json|body] [--threads N]
                                  [--app TEAMID.bundle.id] [--register attest|store --redis URL [--key-prefix aag]]
-                                 [--max-requests N] [--warmup-out FILE [--warmup-route /body/]]
+                                 [--max-requests N]
     """
 
     static func run(_ arguments: [String]) -> Int32 {

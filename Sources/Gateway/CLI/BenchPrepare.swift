@@ -15,10 +15,6 @@ import Upstream
 /// sends each device's counters increasing, K requests apart. `client_data: json` requests carry a fresh
 /// challenge each, fetched from the gateway's /assert/challenge; `client_data: body` requests sign their
 /// body and need none. `--max-requests N` stops after the first N lines (a partial last round).
-///
-/// `--warmup-out FILE` also writes one challenge-free request per device, with counter 1, for a
-/// `client_data: body` route (`--warmup-route`): replayed first, it loads every key into the gateway's
-/// key cache at the cost of a signature, and the main file's rounds then start at counter 2.
 struct BenchPrepare: Sendable {
     struct Plan: Sendable {
         enum Registration: Sendable {
@@ -40,11 +36,7 @@ struct BenchPrepare: Sendable {
         let app: AppID
         let registration: Registration
         let maxRequests: Int
-        let warmupOut: String?
-        let warmupRoute: String
 
-        /// The sign counter of round 1 (round r signs firstCounter + r - 1).
-        var firstCounter: Int { warmupOut == nil ? 1 : 2 }
         var requestCount: Int { min(maxRequests, devices * rounds) }
 
         init(_ options: inout Arguments) throws(UsageError) {
@@ -61,13 +53,11 @@ struct BenchPrepare: Sendable {
             let redisURL = try options.optional("redis")
             let keyPrefix = try options.optional("key-prefix") ?? "aag"
             maxRequests = try options.integer("max-requests", default: Int.max)
-            warmupOut = try options.optional("warmup-out")
-            warmupRoute = try options.optional("warmup-route") ?? "/body/"
             guard maxRequests > 0 else { throw UsageError("--max-requests must be positive") }
             guard (1...10_000_000).contains(devices) else { throw UsageError("--devices must be 1...10000000") }
             guard (1...100_000).contains(rounds) else { throw UsageError("--requests-per-device must be 1...100000") }
             guard (1...256).contains(threads) else { throw UsageError("--threads must be 1...256") }
-            for (name, prefix) in [("route", route), ("warmup-route", warmupRoute)] where !Self.isPlainPrefix(prefix) {
+            for (name, prefix) in [("route", route)] where !Self.isPlainPrefix(prefix) {
                 throw UsageError("--\(name) must be a plain path prefix like /assert/ (starting and ending with /)")
             }
             guard let source = ClientDataSource(rawValue: clientDataText) else { throw UsageError("--client-data must be json or body") }
@@ -106,17 +96,11 @@ struct BenchPrepare: Sendable {
         let registerSeconds = clock.lap()
         let signed = try signAll(devices)
         let signSeconds = clock.lap()
-        try write(signed.map(\.main))
-        if let warmupOut = plan.warmupOut {
-            let warmup = signed.map(\.warmup)
-            try write(to: warmupOut, header: "devices=\(plan.devices) rounds=1 route=\(plan.warmupRoute) client_data=body",
-                      lines: (0..<plan.devices).lazy.map { warmup[$0 % warmup.count][$0 / warmup.count] })
-        }
+        try write(signed)
         let registeredVia = if case .attest = plan.registration { "attest" } else { "store" }
         print(JSONOutput.line([
             "devices": plan.devices, "rounds": plan.rounds, "requests": plan.requestCount, "route": plan.route,
             "client_data": plan.clientData.rawValue, "registered_via": registeredVia, "out": plan.outPath,
-            "first_counter": plan.firstCounter, "warmup_requests": plan.warmupOut == nil ? 0 : plan.devices,
             "register_seconds": registerSeconds, "sign_seconds": signSeconds, "write_seconds": clock.lap(),
         ]))
     }
@@ -168,29 +152,17 @@ struct BenchPrepare: Sendable {
 
     // MARK: - Requests
 
-    /// One worker's lines: its devices are those with device % workers == worker, in device order.
-    struct SignedLines: Sendable {
-        /// Round by round; the last round may be partial (`--max-requests`).
-        var main: [String] = []
-        var warmup: [String] = []
-    }
-
-    /// Each worker signs every round of its own devices, round by round.
-    private func signAll(_ devices: [SimulatedDevice]) throws -> [SignedLines] {
+    /// Each worker signs every round of its own devices (those with device % workers == worker), round
+    /// by round; the last round may be partial (`--max-requests`).
+    private func signAll(_ devices: [SimulatedDevice]) throws -> [[String]] {
         let (plan, count) = (self.plan, devices.count)
-        let progress = Progress("signed", total: plan.requestCount + (plan.warmupOut == nil ? 0 : count))
+        let progress = Progress("signed", total: plan.requestCount)
         return try Self.onThreads(plan.threads) { worker, workers in
-            var lines = SignedLines()
-            if plan.warmupOut != nil {
-                for index in stride(from: worker, to: count, by: workers) {
-                    lines.warmup.append(try signedLine(devices[index], index: index, counter: 1, route: plan.warmupRoute, clientData: .body))
-                    progress.advance()
-                }
-            }
+            var lines: [String] = []
             for round in 0..<plan.rounds {
                 for index in stride(from: worker, to: count, by: workers) where round * count + index < plan.requestCount {
-                    lines.main.append(try signedLine(devices[index], index: index, counter: plan.firstCounter + round,
-                                                     route: plan.route, clientData: plan.clientData))
+                    lines.append(try signedLine(devices[index], index: index, counter: 1 + round,
+                                                route: plan.route, clientData: plan.clientData))
                     progress.advance()
                 }
             }

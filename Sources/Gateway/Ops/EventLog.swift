@@ -97,13 +97,36 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// RFC 3339 UTC with milliseconds, written digit by digit: String(format:) (CFString formatting with
+    /// boxed varargs) cost 4 % of a pass-through request.
     static func timestamp() -> String {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
+        return timestamp(secondsSinceEpoch: now.tv_sec, milliseconds: Int(now.tv_nsec / 1_000_000))
+    }
+
+    static func timestamp(secondsSinceEpoch: Int, milliseconds: Int) -> String {
         var parts = tm()
-        var seconds = now.tv_sec
+        var seconds = secondsSinceEpoch
         gmtime_r(&seconds, &parts)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-                      parts.tm_hour, parts.tm_min, parts.tm_sec, Int(now.tv_nsec / 1_000_000))
+        var text: [UInt8] = []
+        text.reserveCapacity(24)
+        func digits(_ value: Int, _ width: Int, then separator: Character?) {
+            var divisor = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                text.append(UInt8(ascii: "0") + UInt8((value / divisor) % 10))
+                divisor /= 10
+            }
+            if let separator { text.append(separator.asciiValue!) }
+        }
+        digits(Int(parts.tm_year) + 1900, 4, then: "-")
+        digits(Int(parts.tm_mon) + 1, 2, then: "-")
+        digits(Int(parts.tm_mday), 2, then: "T")
+        digits(Int(parts.tm_hour), 2, then: ":")
+        digits(Int(parts.tm_min), 2, then: ":")
+        digits(Int(parts.tm_sec), 2, then: ".")
+        digits(milliseconds, 3, then: "Z")
+        return String(decoding: text, as: UTF8.self)
     }
 }

@@ -93,9 +93,9 @@ struct AssertGate {
             return entry
         }
         metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
-        let record: KeyRecord?
+        let record: PublicKeyRecord?
         do {
-            record = try store.loadKey(keyId: keyId)
+            record = try store.loadPublicKey(keyId: keyId)
         } catch {
             throw GatewayError(error)
         }

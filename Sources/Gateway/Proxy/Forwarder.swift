@@ -63,7 +63,7 @@ struct Forwarder {
         headers.append(HTTPField("X-Forwarded-For", forwardedFor.joined(separator: ", ")))
         let forwardedProto = ForwardingRules.values("x-forwarded-proto", in: request.headers) + ["http"]
         headers.append(HTTPField("X-Forwarded-Proto", forwardedProto.joined(separator: ", ")))
-        let node = request.clientAddress.contains(":") ? "\"[\(request.clientAddress)]\"" : request.clientAddress
+        let node = request.clientAddress.utf8.contains(UInt8(ascii: ":")) ? "\"[\(request.clientAddress)]\"" : request.clientAddress
         let forwarded = ForwardingRules.values("forwarded", in: request.headers) + ["for=\(node);proto=http"]
         headers.append(HTTPField("Forwarded", forwarded.joined(separator: ", ")))
         headers.append(HTTPField("X-Request-Id", requestId))

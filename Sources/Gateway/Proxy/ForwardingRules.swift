@@ -1,4 +1,3 @@
-import Foundation
 import Upstream
 
 /// Which headers cross the gateway, in each direction.
@@ -16,14 +15,16 @@ enum ForwardingRules {
         "proxy-authorization", "proxy-authenticate", "content-length", "expect", "host",
     ]
 
+    /// Rewritten by the gateway from the client's copy plus its own value.
+    static let rewritten: Set<String> = ["x-request-id", "x-forwarded-for", "x-forwarded-proto", "forwarded"]
+
     /// The client's headers as the upstream should see them, before the gateway adds its own.
     static func requestHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
             let name = header.name.lowercased()
             return !hopByHop.contains(name) && !named.contains(name) && !name.hasPrefix("proxy-")
-                && !name.hasPrefix(gatewayPrefix) && !appAttestHeaders.contains(name)
-                && !["x-request-id", "x-forwarded-for", "x-forwarded-proto", "forwarded"].contains(name)
+                && !name.hasPrefix(gatewayPrefix) && !appAttestHeaders.contains(name) && !rewritten.contains(name)
         }
     }
 
@@ -38,13 +39,19 @@ enum ForwardingRules {
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
     static func values(_ name: String, in headers: [HTTPField]) -> [String] {
-        headers.filter { $0.hasName(name) }
-            .flatMap { $0.value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
-            .filter { !$0.isEmpty }
+        var values: [String] = []
+        for header in headers where header.hasName(name) {
+            for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
+                while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
+                while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
+                if !item.isEmpty { values.append(String(decoding: item, as: UTF8.self)) }
+            }
+        }
+        return values
     }
 
-    /// Headers named in `Connection` are hop-by-hop too.
-    private static func connectionNamed(_ headers: [HTTPField]) -> Set<String> {
-        Set(values("connection", in: headers).map { $0.lowercased() })
+    /// Headers named in `Connection` are hop-by-hop too (a list of one or two names: no set needed).
+    private static func connectionNamed(_ headers: [HTTPField]) -> [String] {
+        values("connection", in: headers).map { $0.lowercased() }
     }
 }

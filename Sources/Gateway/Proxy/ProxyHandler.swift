@@ -115,8 +115,7 @@ enum RequestID {
            id.utf8.allSatisfy({ isAllowed($0) }) {
             return id
         }
-        var generator = SystemRandomNumberGenerator()
-        return Bytes.hex((0..<12).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        return Bytes.hex(SecureRandom.bytes(12))
     }
 
     private static func isAllowed(_ byte: UInt8) -> Bool {

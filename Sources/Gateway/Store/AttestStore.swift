@@ -74,6 +74,25 @@ public final class AttestStore: Sendable {
         }
     }
 
+    /// The parts of the key's record an assertion is verified with (any environment, one round trip).
+    public func loadPublicKey(keyId: [UInt8]) throws(StoreError) -> PublicKeyRecord? {
+        guard StoreKeys.isPlausible(keyId: keyId) else { return nil }
+        let reply = try pool.with { connection throws(StoreError) in
+            try scripts.loadPublicKey.run(on: connection, keys: keys.records(keyId: keyId, environment: nil), arguments: [])
+        }
+        switch reply {
+        case .null: return nil
+        case .array(let fields):
+            guard fields.count == 3, case .string(let spki) = fields[0], case .string(let appID) = fields[1],
+                  case .string(let environmentName) = fields[2],
+                  let environment = AppAttestEnvironment(rawValue: String(decoding: environmentName, as: UTF8.self)) else {
+                throw .unexpectedReply("key record lacks its public key, app id or a known environment")
+            }
+            return PublicKeyRecord(publicKeySPKI: spki, appID: String(decoding: appID, as: UTF8.self), environment: environment)
+        default: throw reply.storeError(context: "script \(scripts.loadPublicKey.name)")
+        }
+    }
+
     /// Records one verified assertion (see `StoreScripts.commitAssertion` for the rules). `challenge` is
     /// nil on routes whose client data is the request itself rather than a challenge. A key id or
     /// challenge that cannot have been stored (empty, or over `StoreKeys` bounds) is refused without a
@@ -123,8 +142,7 @@ public final class AttestStore: Sendable {
     }
 
     private static func randomChallenge() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return Base64.encodeURLSafe((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+        Base64.encodeURLSafe(SecureRandom.bytes(32))
     }
 
     static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {

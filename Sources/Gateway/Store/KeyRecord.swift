@@ -35,6 +35,13 @@ public struct KeyRecord: Equatable, Sendable {
     }
 }
 
+/// The part of a key record an assertion is verified with (what the key cache holds, parsed).
+public struct PublicKeyRecord: Equatable, Sendable {
+    public let publicKeySPKI: [UInt8]
+    public let appID: String
+    public let environment: AppAttestEnvironment
+}
+
 extension KeyRecord {
     /// The record as the field/value pairs of its Redis hash; absent optionals are absent fields.
     var fields: [[UInt8]] {

@@ -73,6 +73,16 @@ struct StoreScripts: Sendable {
         return false
         """)
 
+    /// What verifying an assertion needs from the first existing record among KEYS: public key, app id
+    /// and environment (HMGET order), or nil. A cache miss no longer copies the receipt (kilobytes).
+    let loadPublicKey = LuaScript(name: "load_public_key", source: """
+        for i = 1, #KEYS do
+          local fields = redis.call('HMGET', KEYS[i], 'public_key', 'app_id', 'environment')
+          if fields[1] then return fields end
+        end
+        return false
+        """)
+
     /// Marks the existing records among KEYS revoked with reason ARGV[1]; answers how many there were.
     let revoke = LuaScript(name: "revoke_key", source: """
         local revoked = 0
