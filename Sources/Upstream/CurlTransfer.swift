@@ -151,7 +151,7 @@ final class CurlTransfer: @unchecked Sendable {
             try set(CURLOPT_CUSTOMREQUEST, request.method)
         }
         for line in request.curlHeaderLines {
-            guard let extended = curl_slist_append(headerList, line) else {
+            guard let extended = line.withCString({ curl_slist_append(headerList, $0) }) else {
                 throw .unavailable("curl_slist_append failed")
             }
             headerList = extended

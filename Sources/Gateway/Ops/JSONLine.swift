@@ -14,18 +14,30 @@ struct JSONLine {
 
     mutating func int(_ key: String, _ value: Int) {
         self.key(key)
-        bytes += Array(String(value).utf8)
+        bytes.append(contentsOf: String(value).utf8)
     }
 
     /// Milliseconds and the like, rounded to three decimals.
     mutating func number(_ key: String, _ value: Double) {
         self.key(key)
         let rounded = (value * 1000).rounded() / 1000
-        bytes += Array((rounded.isFinite ? String(rounded) : "null").utf8)
+        bytes.append(contentsOf: (rounded.isFinite ? String(rounded) : "null").utf8)
     }
 
     /// The object, closed, with a newline: one log line.
-    var line: [UInt8] { bytes + [UInt8(ascii: "}"), UInt8(ascii: "\n")] }
+    var line: [UInt8] {
+        var line = bytes
+        line.append(UInt8(ascii: "}"))
+        line.append(UInt8(ascii: "\n"))
+        return line
+    }
+
+    /// Appends `other`'s fields after this object's own.
+    mutating func merge(_ other: JSONLine) {
+        guard other.bytes.count > 1 else { return }
+        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        bytes.append(contentsOf: other.bytes.dropFirst())
+    }
 
     private mutating func key(_ key: String) {
         if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }

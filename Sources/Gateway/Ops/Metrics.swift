@@ -43,6 +43,12 @@ public final class Metrics: Sendable {
         var buckets: [UInt64] = Array(repeating: 0, count: Metrics.latencyBuckets.count)
         var count: UInt64 = 0
         var sum: Double = 0
+
+        mutating func record(_ seconds: Double, bucket: Int?) {
+            if let bucket { buckets[bucket] += 1 }
+            count += 1
+            sum += seconds
+        }
     }
 
     private struct State {
@@ -85,11 +91,9 @@ public final class Metrics: Sendable {
                     state.counters[update.key, default: Counter(name: update.name, labels: update.labels, value: 0)].value += value
                     if state.help[update.name] == nil { state.help[update.name] = ("counter", update.help) }
                 case .observe(let seconds):
-                    var histogram = state.histograms[update.key] ?? Histogram(name: update.name, labels: update.labels)
-                    if let bucket { histogram.buckets[bucket] += 1 }
-                    histogram.count += 1
-                    histogram.sum += seconds
-                    state.histograms[update.key] = histogram
+                    // Modified in place: a copy taken out and stored back duplicated the bucket array each time.
+                    state.histograms[update.key, default: Histogram(name: update.name, labels: update.labels)]
+                        .record(seconds, bucket: bucket)
                     if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
                 }
             }
@@ -146,7 +150,17 @@ public final class Metrics: Sendable {
 
     /// `{a="1",b="2"}`, or "" without labels.
     static func render(_ labels: KeyValuePairs<String, String>) -> String {
-        labels.isEmpty ? "" : "{" + labels.map { "\($0.key)=\"\(escape($0.value))\"" }.joined(separator: ",") + "}"
+        guard !labels.isEmpty else { return "" }
+        var text = "{"
+        text.reserveCapacity(96)
+        for (index, label) in labels.enumerated() {
+            if index > 0 { text += "," }
+            text += label.key
+            text += "=\""
+            text += escape(label.value)
+            text += "\""
+        }
+        return text + "}"
     }
 
     /// Rendered labels with one more appended.
