@@ -139,11 +139,6 @@ def best(runs, target):
     return max(valid, key=lambda run: run["wrk"]["rps"]) if valid else None
 
 
-def named_any(runs, name):
-    found = [run for run in runs if run["name"] == name]
-    return found[0] if found else {}
-
-
 def named(runs, name):
     found = [run for run in runs if run["name"] == name and run["status"] == "ok"]
     return found[0] if found else None

@@ -19,6 +19,7 @@ final class DeviceCheckRouteTests: XCTestCase {
           - { path_prefix: "/risk-report/", upstream: echo, policy: assert, max_risk_metric: 5 }
           - { path_prefix: "/claim-open/", upstream: echo, policy: assert, once_per_device: bit0, apple_unreachable: open }
           - { path_prefix: "/claim-closed/", upstream: echo, policy: assert, once_per_device: bit0 }
+          - { path_prefix: "/slow", methods: [GET], upstream: api, policy: assert, once_per_device: bit0 }
           - { path_prefix: "/", upstream: echo, policy: pass }
     """
 
@@ -110,6 +111,34 @@ final class DeviceCheckRouteTests: XCTestCase {
         XCTAssertEqual(again.error, "already_claimed")
     }
 
+    func testOncePerDeviceLetsOneRequestOfAnAppRunAtATime() throws {
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let device = "phone-double-tap"
+        let slow = try app.signed("GET", "/slow", query: "ms=1000", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
+        let quick = try app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
+        let replies = LockedReplies()
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            if index == 1 { Thread.sleep(forTimeInterval: 0.4) }  // while the slow one waits on the upstream
+            replies.set(index, (try? app.send(index == 0 ? slow : quick)))
+        }
+        XCTAssertEqual(replies[0]?.status, 200, replies[0]?.text ?? "no reply")
+        XCTAssertEqual(replies[1]?.status, 409)
+        XCTAssertEqual(replies[1]?.error, "claim_in_progress")
+        let later = try app.send(app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))]))
+        XCTAssertEqual(later.error, "already_claimed", "the first request's claim was settled, then its mark released")
+    }
+
+    func testAFailedOncePerDeviceRequestLeavesNoMarkBehind() throws {
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        apple.script("/v1/query_two_bits", Array(repeating: .status(503, "down"), count: 3))  // every attempt of one request
+        let down = try app.send(app.signed("POST", "/claim-closed/z", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", token("phone-z"))]))
+        XCTAssertEqual(down.error, "apple_unavailable")
+        let retried = try app.send(app.signed("POST", "/claim-closed/z", body: [1], extraHeaders: [HTTPField("X-Apple-Device-Token", token("phone-z"))]))
+        XCTAssertEqual(retried.status, 200, retried.text)
+    }
+
     func testAppleUnreachableFailsClosedUnlessTheRouteSaysOpen() throws {
         let app = try env.app()
         XCTAssertEqual(try app.register().status, 200)
@@ -170,4 +199,11 @@ final class DeviceCheckRouteTests: XCTestCase {
         XCTAssertEqual(bad.error, "device_token_invalid")
         XCTAssertEqual(try env.request("POST", "/verify-device", body: Array("{}".utf8)).error, "bad_request")
     }
+}
+
+final class LockedReplies: @unchecked Sendable {
+    private let lock = NSLock()
+    private var replies: [Int: Reply] = [:]
+    func set(_ index: Int, _ reply: Reply?) { lock.withLock { replies[index] = reply } }
+    subscript(index: Int) -> Reply? { lock.withLock { replies[index] } }
 }

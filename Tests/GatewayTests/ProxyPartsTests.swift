@@ -107,6 +107,7 @@ final class ProxyPartsTests: XCTestCase {
             (GatewayError(UpstreamError.timeout("t")), 504, "upstream_timeout"),
             (GatewayError(StoreError.unavailable("down")), 503, "store_unavailable"),
             (GatewayError(CommitRejection.counterNotIncreasing), 409, "counter_not_increasing"),
+            (.alreadyClaimed, 409, "already_claimed"), (.claimInProgress, 409, "claim_in_progress"),
         ]
         for (error, status, code) in cases {
             XCTAssertEqual(error.status, status, code)

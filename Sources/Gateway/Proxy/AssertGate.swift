@@ -13,6 +13,7 @@ struct AssertGate {
 
     struct Passed {
         let keyId: String
+        let rawKeyId: [UInt8]
         let counter: UInt32
         /// The receipt risk metric stored for the key, once a receipt refresh brought one.
         let riskMetric: Int?
@@ -55,7 +56,7 @@ struct AssertGate {
         }
         let verified: VerifiedAssertion
         do {
-            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: key.publicKey,
+            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: try key.publicKey(),
                                                     appID: key.appID, previousCounter: nil)
         } catch {
             throw .verification(error)
@@ -68,7 +69,7 @@ struct AssertGate {
         let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter,
                                     window: route.counterWindow)
         // The upstream sees one spelling of the key id whatever base64 flavour the client used.
-        return Passed(keyId: Base64.encode(keyId), counter: verified.counter, riskMetric: riskMetric)
+        return Passed(keyId: Base64.encode(keyId), rawKeyId: keyId, counter: verified.counter, riskMetric: riskMetric)
     }
 
     /// Answers the key's stored risk metric.
@@ -99,7 +100,8 @@ struct AssertGate {
         } catch {
             throw GatewayError(error)
         }
-        guard let record, let appID = AppID(record.appID) else { throw .keyUnknown }
+        guard let record, let stored = AppID(record.appID) else { throw .keyUnknown }
+        let appID = apps.first { $0 == stored } ?? stored
         let entry: KeyCache.Entry
         do {
             entry = KeyCache.Entry(publicKey: try P256PublicKey(bytes: record.publicKeySPKI), appID: appID, environment: record.environment)

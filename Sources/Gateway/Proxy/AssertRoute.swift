@@ -14,6 +14,8 @@ struct AssertRoute {
         let identity: Forwarder.Identity
         /// Set when `once_per_device` must be claimed after the upstream's 2xx.
         let pendingClaim: DeviceGate.Device?
+        /// The key's in-flight mark for this route, released by `release(_:route:)` once the claim is settled.
+        var inFlight: [UInt8]? = nil
     }
 
     func decide(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Outcome {
@@ -40,6 +42,18 @@ struct AssertRoute {
         }
     }
 
+    /// Ends the in-flight mark taken for a `once_per_device` request (after `afterUpstream`, or when
+    /// forwarding failed). A failure leaves the mark to expire on its own.
+    func release(_ outcome: Outcome, route: RouteConfig, record: RequestRecord) {
+        guard let keyId = outcome.inFlight else { return }
+        do {
+            try runtime.store.releaseClaim(keyId: keyId, route: route.name)
+        } catch {
+            log.event(.warn, "claim_release_failed", ["request_id": record.requestId, "route": route.name,
+                                                          "reason": error.reasonCode])
+        }
+    }
+
     private func check(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Outcome {
         let policy = route.deviceCheck
         let token = request.headers.first(named: DeviceGate.tokenHeader)
@@ -56,14 +70,39 @@ struct AssertRoute {
         record.riskMetric = passed.riskMetric
         try checkRisk(passed.riskMetric, policy: policy, record: record)
         var claim: DeviceGate.Device?
+        var inFlight: [UInt8]?
         if !policy.denyIfBits.isEmpty || policy.oncePerDevice != nil, let devices {
             guard let token else { throw .deviceTokenMissing }
-            let device = try devices.inspect(token: token, policy: policy)
-            claim = policy.oncePerDevice == nil ? nil : device
+            if policy.oncePerDevice != nil {
+                // Marked before the bits are read: two requests of one app reading "not yet" at the same
+                // moment would otherwise both be forwarded and both claim.
+                try markInFlight(passed.rawKeyId, route: route)
+                inFlight = passed.rawKeyId
+            }
+            do {
+                let device = try devices.inspect(token: token, policy: policy)
+                claim = policy.oncePerDevice == nil ? nil : device
+            } catch {
+                release(Outcome(identity: Forwarder.Identity(status: "", keyId: nil, riskMetric: nil), pendingClaim: nil,
+                                inFlight: inFlight), route: route, record: record)
+                throw error
+            }
         }
         record.decision = "verified"
         return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyId, riskMetric: passed.riskMetric),
-                       pendingClaim: claim)
+                       pendingClaim: claim, inFlight: inFlight)
+    }
+
+    /// Held for at most the upstream's timeout plus a minute (for Apple's update), should the gateway die.
+    private func markInFlight(_ keyId: [UInt8], route: RouteConfig) throws(GatewayError) {
+        let upstreamMs = runtime.upstreams[route.upstream ?? ""]?.client.target.timeoutMs ?? 0
+        let marked: Bool
+        do {
+            marked = try runtime.store.claimInFlight(keyId: keyId, route: route.name, ttlMs: upstreamMs + 60_000)
+        } catch {
+            throw GatewayError(error)
+        }
+        guard marked else { throw .claimInProgress }
     }
 
     /// Apple calls the risk metric a signal, not a verdict: `risk_action: report` (the default) only marks it.

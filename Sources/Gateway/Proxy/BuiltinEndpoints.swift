@@ -115,7 +115,8 @@ struct BuiltinEndpoints {
             metrics.increment("gateway_attestations_total", ["result": "rejected", "reason": "key_already_registered"], help: "Attestations by result.")
             throw .keyAlreadyRegistered
         }
-        keyCache.store(KeyCache.Entry(publicKey: key.publicKey, appID: key.appID, environment: key.environment), for: key.keyId)
+        let appID = runtime.config.appAttest.apps.first { $0 == key.appID } ?? key.appID
+        keyCache.store(KeyCache.Entry(publicKey: key.publicKey, appID: appID, environment: key.environment), for: key.keyId)
         if let apple = runtime.apple {
             // Apple answers a receipt exchange only after the receipt's "not before" (a day after attestation).
             // The key is registered either way: a failure here only delays its first risk metric.

@@ -28,6 +28,7 @@ public enum GatewayError: Error, Equatable {
     case deviceTokenReused
     case deviceFlagged(String)
     case alreadyClaimed
+    case claimInProgress
     case riskTooHigh(metric: Int, limit: Int)
     case appleUnavailable(String)
     case appleMisconfigured(String)
@@ -57,6 +58,7 @@ public enum GatewayError: Error, Equatable {
         case .deviceTokenReused: return "device_token_reused"
         case .deviceFlagged: return "device_flagged"
         case .alreadyClaimed: return "already_claimed"
+        case .claimInProgress: return "claim_in_progress"
         case .riskTooHigh: return "risk_too_high"
         case .appleUnavailable: return "apple_unavailable"
         case .appleMisconfigured: return "apple_misconfigured"
@@ -77,7 +79,7 @@ public enum GatewayError: Error, Equatable {
         case .upstreamUnavailable, .upstreamProtocolError: return 502
         case .upstreamTimeout: return 504
         case .deviceTokenMissing, .deviceTokenInvalid: return 401
-        case .deviceTokenReused, .alreadyClaimed: return 409
+        case .deviceTokenReused, .alreadyClaimed, .claimInProgress: return 409
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
         }
@@ -106,6 +108,7 @@ public enum GatewayError: Error, Equatable {
         case .deviceTokenReused: return "this device token was already used; generate a new one"
         case .deviceFlagged(let bits): return "the device is flagged (\(bits))"
         case .alreadyClaimed: return "this device has already done this once"
+        case .claimInProgress: return "this app's previous request for this once-per-device action is still running"
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"

@@ -1,14 +1,27 @@
 import AssertionCheck
 
-/// The attested public keys, parsed once and kept in process: a key never changes after registration,
-/// only its counter and revocation do, and those live in Redis. Bounded by two generations: when the
-/// young one is full it becomes the old one, so memory stays within `capacity` entries and recently
-/// used keys survive (a hit in the old generation is promoted).
+/// The attested public keys, kept in process: a key never changes after registration, only its counter
+/// and revocation do, and those live in Redis. Bounded by two generations: when the young one is full it
+/// becomes the old one, so memory stays within `capacity` entries and recently used keys survive (a hit in
+/// the old generation is promoted).
 public final class KeyCache: Sendable {
     public struct Entry: Sendable {
-        public let publicKey: P256PublicKey
+        /// The key's uncompressed point, checked on the curve when the entry was made. Not an OpenSSL key
+        /// object: those cost about a kilobyte each (an EC_POINT of three BIGNUMs), where remaking one per
+        /// request costs microseconds.
+        public let point: [UInt8]
+        /// The configured app's own value, shared by every entry of that app.
         public let appID: AppID
         public let environment: AppAttestEnvironment
+
+        public init(publicKey: P256PublicKey, appID: AppID, environment: AppAttestEnvironment) {
+            point = publicKey.point
+            self.appID = appID
+            self.environment = environment
+        }
+
+        /// The key, ready to verify with.
+        public func publicKey() throws(VerificationError) -> P256PublicKey { try P256PublicKey(point: point) }
     }
 
     private struct Generations {

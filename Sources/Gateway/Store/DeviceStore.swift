@@ -15,6 +15,23 @@ extension AttestStore {
         }
     }
 
+    /// Marks a `once_per_device` request of this key on this route as in flight until `release` or `ttlMs`
+    /// (the lease outlives a gateway that dies mid-request); false while another one is.
+    public func claimInFlight(keyId: [UInt8], route: String, ttlMs: Int) throws(StoreError) -> Bool {
+        let command = [Array("SET".utf8), keys.claim(keyId: keyId, route: route)] + ["1", "NX", "PX", String(ttlMs)].map { Array($0.utf8) }
+        let reply = try pool.with { connection throws(StoreError) in try connection.command(command) }
+        switch reply {
+        case .status("OK"): return true
+        case .null: return false
+        default: throw reply.storeError(context: "SET of an in-flight claim")
+        }
+    }
+
+    public func releaseClaim(keyId: [UInt8], route: String) throws(StoreError) {
+        let command = [Array("DEL".utf8), keys.claim(keyId: keyId, route: route)]
+        _ = try pool.with { connection throws(StoreError) in try connection.command(command) }
+    }
+
     /// Puts the key on the receipt-refresh schedule (or moves it) for `at`.
     public func scheduleReceiptRefresh(keyId: [UInt8], environment: AppAttestEnvironment, at: Date) throws(StoreError) {
         let command = [Array("ZADD".utf8), keys.receiptSchedule, Array(String(KeyRecord.seconds(at)).utf8),
