@@ -175,7 +175,7 @@ def targets(runs, crypto_result, settings):
 
     def check(name, value, goal, met, how):
         checks.append({"target": name, "value": value, "goal": goal,
-                       "met": None if value is None else met(value), "how": how})
+                       "met": None if value is None or met is None else met(value), "how": how})
 
     check("pass / nginx proxy_pass (c/b)", ratio(rps(c), rps(b)), ">= 0.8", lambda v: v >= 0.8,
           "best req/s of the gateway pass route over best req/s of nginx proxy_pass, any connection level")
@@ -193,15 +193,20 @@ def targets(runs, crypto_result, settings):
               "gateway's best req/s")
     peak = max_connections(runs)
     big, small = named(runs, "keys-c%s" % peak), named(runs, "d-c%s" % peak)
+    missing = named(runs, "keys-miss-c%s" % peak)
     keys, devices = settings.get("keys", 0), settings.get("devices", 0)
-    rss = big["after"]["memory"].get("gateway", {}).get("peak_rss_mib") if big else None
-    cached = big.get("key_cache", {}).get("entries_after", "?") if big else "?"
-    check("gateway peak RSS, %s connections, %s keys (%s cached) (MiB)" % (peak, keys + 2 * devices, cached), rss,
+    peaks = [run["after"]["memory"].get("gateway", {}).get("peak_rss_mib") for run in (big, missing) if run]
+    rss = max(peaks) if peaks and None not in peaks else None
+    cached = max([run.get("key_cache", {}).get("entries_after", 0) for run in (big, missing) if run] or [0])
+    check("gateway peak RSS, %s connections, %s keys (up to %s cached) (MiB)" % (peak, keys + 2 * devices, cached), rss,
           "<= 64", lambda v: v <= 64,
-          "VmHWM (reset before the run) of the gateway during the assert run with the large key set")
+          "highest VmHWM (reset before each run) of the gateway during the two assert runs with the large key set")
     check("assert req/s, %s keys / %s keys (%s connections)" % (keys + 2 * devices, devices, peak),
           ratio(rps(big), rps(small)), ">= 0.9", lambda v: v >= 0.9,
-          "req/s of the assert run with the large key set over the same run with the small one")
+          "req/s of the assert run from a tenth of the large key set (the first request of each key misses the "
+          "cache) over the same run with the small set")
+    check("assert req/s, every request a key-cache miss / small key set", ratio(rps(missing), rps(small)), "-",
+          None, "the worst case, no target: each request from a key this gateway process has not seen")
     return checks
 
 
@@ -253,7 +258,7 @@ def print_table(runs, crypto_result, checks):
     print()
     print("%-62s %10s %8s  %s" % ("target", "value", "goal", "met"))
     for check in checks:
-        met = {True: "MET", False: "MISSED", None: "not measured"}[check["met"]]
+        met = "info" if check["goal"] == "-" else {True: "MET", False: "MISSED", None: "not measured"}[check["met"]]
         print("%-62s %10s %8s  %s" % (check["target"], check["value"], check["goal"], met))
 
 
