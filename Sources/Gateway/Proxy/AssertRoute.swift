@@ -14,7 +14,7 @@ struct AssertRoute {
         let identity: Forwarder.Identity
         /// Set when `once_per_device` must be claimed after the upstream's 2xx.
         let pendingClaim: DeviceGate.Device?
-        /// The key's in-flight mark for this route, released by `release(_:route:)` once the claim is settled.
+        /// The key whose in-flight mark for this route `release(inFlight:route:record:)` ends once the claim is settled.
         var inFlight: [UInt8]? = nil
     }
 
@@ -44,8 +44,8 @@ struct AssertRoute {
 
     /// Ends the in-flight mark taken for a `once_per_device` request (after `afterUpstream`, or when
     /// forwarding failed). A failure leaves the mark to expire on its own.
-    func release(_ outcome: Outcome, route: RouteConfig, record: RequestRecord) {
-        guard let keyId = outcome.inFlight else { return }
+    func release(inFlight keyId: [UInt8]?, route: RouteConfig, record: RequestRecord) {
+        guard let keyId else { return }
         do {
             try runtime.store.releaseClaim(keyId: keyId, route: route.name)
         } catch {
@@ -83,8 +83,7 @@ struct AssertRoute {
                 let device = try devices.inspect(token: token, policy: policy)
                 claim = policy.oncePerDevice == nil ? nil : device
             } catch {
-                release(Outcome(identity: Forwarder.Identity(status: "", keyId: nil, riskMetric: nil), pendingClaim: nil,
-                                inFlight: inFlight), route: route, record: record)
+                release(inFlight: inFlight, route: route, record: record)
                 throw error
             }
         }

@@ -95,7 +95,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         case .assert:
             outcome = try assertRoute.decide(request, path: path, route: route, record: record)
         }
-        defer { assertRoute.release(outcome, route: route, record: record) }
+        defer { assertRoute.release(inFlight: outcome.inFlight, route: route, record: record) }
         guard let upstream = runtime.upstreams[route.upstream ?? ""] else { throw .routeNotFound }
         let response: HTTPResponse
         do {
