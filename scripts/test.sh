@@ -15,8 +15,9 @@ set +e
 swift test --skip-build --disable-swift-testing "$@" 2>&1 | tee "$work/test.log"
 status=${PIPESTATUS[0]}
 set -e
-summary=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with [0-9]+ failures?" "$work/test.log" | tail -n1 || true)
-executed=$(echo "$summary" | sed -E 's/.*Executed ([0-9]+) tests?.*/\1/')
-failed=$(echo "$summary" | sed -E 's/.*with ([0-9]+) failures?.*/\1/')
-[ -n "$executed" ] && echo "${executed:+$((executed - failed))} passed, ${failed} failed"
+# Counted per test case: XCTest's own "with N failures" counts failed assertions, not tests.
+passed=$(grep -cE "^Test Case '.*' passed" "$work/test.log" || true)
+failed=$(grep -cE "^Test Case '.*' failed" "$work/test.log" || true)
+echo "$passed passed, $failed failed"
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then echo "the test process failed without a failed test (exit $status): see above"; fi
 exit "$status"

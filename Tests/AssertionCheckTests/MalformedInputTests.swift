@@ -6,8 +6,15 @@ import XCTest
 final class MalformedInputTests: XCTestCase {
     let app = AppID(teamID: "6MURL8TA57", bundleID: "de.vincent-haupert.apple-appattest-poc")
     lazy var policy = AttestationPolicy(apps: [app], environments: [.development])
-    lazy var vector = try! RealVectorTests.vectors(prefix: "att-veehaitch-ios14.4.json").first!
-    lazy var assertionVector = try! RealVectorTests.vectors(prefix: "ass-veehaitch-ios14.4.json").first!
+    var vector: RealVectorTests.Vector!
+    var assertionVector: RealVectorTests.Vector!
+
+    /// A missing ../shared/vectors fails these tests with a message instead of crashing the whole suite.
+    override func setUpWithError() throws {
+        let missing = "no vectors in \(RealVectorTests.vectorDirectory.path)"
+        vector = try XCTUnwrap(RealVectorTests.vectors(prefix: "att-veehaitch-ios14.4.json").first, missing)
+        assertionVector = try XCTUnwrap(RealVectorTests.vectors(prefix: "ass-veehaitch-ios14.4.json").first, missing)
+    }
 
     func attestationReason(_ bytes: [UInt8]) -> VerificationError.Reason? {
         do {
