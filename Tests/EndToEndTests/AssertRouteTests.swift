@@ -79,6 +79,20 @@ final class AssertRouteTests: XCTestCase {
         XCTAssertEqual(statuses.values.filter { $0 == 409 }.count, requests.count - 1, "\(statuses.values)")
     }
 
+    func testRateLimitRefusesAKeyOverItsShareWithRetryAfter() throws {
+        let app = try registeredApp()
+        for _ in 0..<2 { XCTAssertEqual(try app.send(app.signed("GET", "/limited/feed")).status, 200) }
+        let over = try app.send(app.signed("GET", "/limited/feed"))
+        XCTAssertEqual(over.status, 429, over.text)
+        XCTAssertEqual(over.error, "rate_limited")
+        let retryAfter = over.headers.values(named: "Retry-After").first.flatMap { Int($0) }
+        XCTAssertTrue((1...60).contains(retryAfter ?? 0), "Retry-After: \(String(describing: retryAfter))")
+        XCTAssertEqual(over.headers.values(named: "X-Attest-Error"), ["rate_limited"])
+        let other = try registeredApp()
+        XCTAssertEqual(try other.send(other.signed("GET", "/limited/feed")).status, 200, "the limit is per key")
+        XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "and per route")
+    }
+
     func testTamperedRequestsFailForTheirReason() throws {
         let app = try registeredApp()
         let body = Array(#"{"amount":1}"#.utf8)

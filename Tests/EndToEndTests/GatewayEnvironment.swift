@@ -73,6 +73,7 @@ final class GatewayEnvironment: @unchecked Sendable {
           - { path_prefix: "/report/", upstream: echo, policy: assert, mode: report }
           - { path_prefix: "/body-signed/", upstream: echo, policy: assert, client_data: body }
           - { path_prefix: "/window/", upstream: echo, policy: assert, counter_window: 8 }
+          - { path_prefix: "/limited/", upstream: echo, policy: assert, rate_limit: { requests: 2, per_seconds: 60 } }
           - { path_prefix: "/v1/ai/", methods: [POST], upstream: api, policy: assert }
           - { path_prefix: "/closed/", policy: deny }
           - { path: "/slow", upstream: api, policy: pass }

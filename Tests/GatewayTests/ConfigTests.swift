@@ -68,7 +68,7 @@ final class ConfigTests: XCTestCase {
               plain: { url: "http://127.0.0.1" }
             routes:
               - { path_prefix: "/v1/ai/", methods: [POST], upstream: api, policy: assert, mode: report,
-                  max_body_bytes: 65536, client_data: body, counter_window: 16 }
+                  max_body_bytes: 65536, client_data: body, counter_window: 16, rate_limit: { requests: 30, per_seconds: 60 } }
               - { path: "/exact", upstream: plain, policy: pass }
               - { path_prefix: "/admin/", policy: deny }
               - { path_prefix: "/", upstream: api, policy: pass }
@@ -100,7 +100,8 @@ final class ConfigTests: XCTestCase {
 
         XCTAssertEqual(config.routes, [
             RouteConfig(match: .prefix("/v1/ai/"), methods: ["POST"], upstream: "api", policy: .assert, mode: .report,
-                        clientData: .body, counterWindow: 16, maxBodyBytes: 65536, index: 0),
+                        clientData: .body, counterWindow: 16, maxBodyBytes: 65536,
+                        rateLimit: RateLimit(requests: 30, perSeconds: 60), index: 0),
             RouteConfig(match: .exact("/exact"), upstream: "plain", policy: .pass, maxBodyBytes: 4096, index: 1),
             RouteConfig(match: .prefix("/admin/"), upstream: nil, policy: .deny, maxBodyBytes: 4096, index: 2),
             RouteConfig(match: .prefix("/"), upstream: "api", policy: .pass, maxBodyBytes: 4096, index: 3),
@@ -268,6 +269,8 @@ final class ConfigTests: XCTestCase {
               - { path: "/p", upstream: api, policy: pass, mode: enforce, counter_window: 2 }
               - { path: "/w", upstream: api, policy: assert, counter_window: 2000 }
               - { path: "/m", upstream: api, policy: pass }
+              - { path: "/r", upstream: api, policy: pass, rate_limit: { requests: 1, per_seconds: 1 } }
+              - { path: "/s", upstream: api, policy: assert, rate_limit: { requests: 0, per_second: 1 } }
             """)), [
             "routes[0].path_prefix: give either path or path_prefix, not both (line 4)",
             "routes[1]: one of path or path_prefix is required (line 5)",
@@ -281,6 +284,10 @@ final class ConfigTests: XCTestCase {
             "routes[8].mode: only valid with policy assert (line 12)",
             "routes[8].counter_window: only valid with policy assert (line 12)",
             "routes[9].counter_window: expected an integer in 0...1024, got 2000 (line 13)",
+            "routes[11].rate_limit: only valid with policy assert (line 15)",
+            "routes[12].rate_limit.requests: expected an integer in 1...1000000, got 0 (line 16)",
+            "routes[12].rate_limit.per_seconds: required key is missing (line 16)",
+            #"routes[12].rate_limit.per_second: unknown key; did you mean "per_seconds"? (line 16)"#,
             #"routes[10].path: the same path "/m" as routes[5] (line 14)"#,
         ])
     }

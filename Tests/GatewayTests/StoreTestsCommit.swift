@@ -138,4 +138,33 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
         XCTAssertEqual(outcomes.filter { if case .accepted = $0 { return true } else { return false } }.count, 1)
         XCTAssertEqual(outcomes.filter { $0 == .rejected(.challengeUnknown) }.count, 15)
     }
+
+    func testRateLimitCountsAcceptedAssertionsPerKeyAndRouteInAFixedWindow() throws {
+        let limit = RateLimit(requests: 2, perSeconds: 1)
+        func limited(_ counter: UInt32, route: String = "/ai/") throws -> CommitOutcome {
+            try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: nil, counter: counter,
+                                      window: 0, rateLimit: limit, route: route)
+        }
+        XCTAssertEqual(try limited(1), .accepted(previousCounter: 0))
+        XCTAssertEqual(try limited(2), .accepted(previousCounter: 1))
+        guard case .rateLimited(let retryAfterMs) = try limited(3) else { return XCTFail("the third in the window passed") }
+        XCTAssertTrue((1...1000).contains(retryAfterMs), "\(retryAfterMs)")
+        XCTAssertEqual(try limited(3, route: "/other/"), .accepted(previousCounter: 2), "another route counts apart")
+        XCTAssertEqual(try limited(2), .rejected(.counterNotIncreasing), "replays are refused before the limit counts")
+        Thread.sleep(forTimeInterval: Double(retryAfterMs) / 1000 + 0.1)
+        XCTAssertEqual(try limited(4), .accepted(previousCounter: 3), "a new window; the refused commit recorded nothing")
+    }
+
+    func testRateLimitedCommitStillBurnsItsChallenge() throws {
+        let limit = RateLimit(requests: 1, perSeconds: 60)
+        func limited(_ counter: UInt32, _ challenge: String) throws -> CommitOutcome {
+            try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: challenge, counter: counter,
+                                      window: 0, rateLimit: limit, route: "/ai/")
+        }
+        XCTAssertEqual(try limited(1, newChallenge()), .accepted(previousCounter: 0))
+        let challenge = try newChallenge()
+        guard case .rateLimited = try limited(2, challenge) else { return XCTFail("over the limit") }
+        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: newChallenge()), .accepted(previousCounter: 1), "unlimited elsewhere")
+    }
 }

@@ -20,6 +20,18 @@ public enum ClientDataSource: String, CaseIterable, Sendable {
     case body
 }
 
+/// `rate_limit:` on an assert route: at most `requests` accepted assertions per app key in each
+/// `perSeconds`-long window (a fixed window that starts with the key's first request in it).
+public struct RateLimit: Sendable, Equatable {
+    public let requests: Int
+    public let perSeconds: Int
+
+    public init(requests: Int, perSeconds: Int) {
+        self.requests = requests
+        self.perSeconds = perSeconds
+    }
+}
+
 /// One entry of `routes:`.
 public struct RouteConfig: Sendable, Equatable {
     public enum Match: Sendable, Equatable {
@@ -41,12 +53,15 @@ public struct RouteConfig: Sendable, Equatable {
     public let maxBodyBytes: Int
     /// DeviceCheck fallback, device bits and risk metric (assert routes; needs `apple:`).
     public let deviceCheck: DeviceCheckPolicy
+    /// Per-key limit on accepted assertions (assert routes); nil = none.
+    public let rateLimit: RateLimit?
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
     public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
                 mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
-                maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), index: Int = 0) {
+                maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), rateLimit: RateLimit? = nil,
+                index: Int = 0) {
         self.match = match
         self.methods = methods
         self.upstream = upstream
@@ -56,6 +71,7 @@ public struct RouteConfig: Sendable, Equatable {
         self.counterWindow = counterWindow
         self.maxBodyBytes = maxBodyBytes
         self.deviceCheck = deviceCheck
+        self.rateLimit = rateLimit
         self.index = index
     }
 }
@@ -87,10 +103,21 @@ extension RouteConfig {
         let window = assertOption(route, "counter_window", refusal: assertOnly) { $0.int(in: 0...1024) } ?? 0
         let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
         let deviceCheck = readDeviceCheck(route, refusal: assertOnly)
+        let rateLimit = assertOption(route, "rate_limit", refusal: assertOnly, readRateLimit)
         guard let match, let policy else { return nil }
         return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
-                           index: index)
+                           rateLimit: rateLimit, index: index)
+    }
+
+    /// `rate_limit: { requests: 30, per_seconds: 60 }`, both required.
+    private static func readRateLimit(_ value: ConfigValue) -> RateLimit? {
+        guard let limit = value.mapping() else { return nil }
+        defer { limit.finish() }
+        let requests = limit.required("requests")?.int(in: 1...1_000_000)
+        let seconds = limit.required("per_seconds")?.int(in: 1...86_400)
+        guard let requests, let seconds else { return nil }
+        return RateLimit(requests: requests, perSeconds: seconds)
     }
 
     private static func readDeviceCheck(_ route: ConfigMapping, refusal: String?) -> DeviceCheckPolicy {

@@ -67,23 +67,25 @@ struct AssertGate {
         let storeStart = DispatchTime.now().uptimeNanoseconds
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
         let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter,
-                                    window: route.counterWindow)
+                                    route: route)
         // The upstream sees one spelling of the key id whatever base64 flavour the client used.
         return Passed(keyId: Base64.encode(keyId), rawKeyId: keyId, counter: verified.counter, riskMetric: riskMetric)
     }
 
     /// Answers the key's stored risk metric.
-    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32, window: Int) throws(GatewayError) -> Int? {
+    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32,
+                        route: RouteConfig) throws(GatewayError) -> Int? {
         let outcome: CommitOutcome
         do {
-            outcome = try store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge,
-                                                counter: counter, window: window)
+            outcome = try store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge, counter: counter,
+                                                window: route.counterWindow, rateLimit: route.rateLimit, route: route.name)
         } catch {
             throw GatewayError(error)
         }
         switch outcome {
         case .accepted(_, let riskMetric): return riskMetric
         case .rejected(let rejection): throw GatewayError(rejection)
+        case .rateLimited(let milliseconds): throw .rateLimited(retryAfterSeconds: max(1, (milliseconds + 999) / 1000))
         }
     }
 

@@ -29,6 +29,7 @@ public enum GatewayError: Error, Equatable {
     case deviceFlagged(String)
     case alreadyClaimed
     case claimInProgress
+    case rateLimited(retryAfterSeconds: Int)
     case riskTooHigh(metric: Int, limit: Int)
     case appleUnavailable(String)
     case appleMisconfigured(String)
@@ -59,6 +60,7 @@ public enum GatewayError: Error, Equatable {
         case .deviceFlagged: return "device_flagged"
         case .alreadyClaimed: return "already_claimed"
         case .claimInProgress: return "claim_in_progress"
+        case .rateLimited: return "rate_limited"
         case .riskTooHigh: return "risk_too_high"
         case .appleUnavailable: return "apple_unavailable"
         case .appleMisconfigured: return "apple_misconfigured"
@@ -80,6 +82,7 @@ public enum GatewayError: Error, Equatable {
         case .upstreamTimeout: return 504
         case .deviceTokenMissing, .deviceTokenInvalid: return 401
         case .deviceTokenReused, .alreadyClaimed, .claimInProgress: return 409
+        case .rateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
         }
@@ -109,6 +112,7 @@ public enum GatewayError: Error, Equatable {
         case .deviceFlagged(let bits): return "the device is flagged (\(bits))"
         case .alreadyClaimed: return "this device has already done this once"
         case .claimInProgress: return "this app's previous request for this once-per-device action is still running"
+        case .rateLimited(let seconds): return "this app key made too many requests on this route; retry in \(seconds) s"
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"

@@ -63,6 +63,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
             response.headers.append(HTTPField("X-Request-Id", record.requestId))
             if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
+            if case .rateLimited(let seconds) = error { response.headers.append(HTTPField("Retry-After", String(seconds))) }
             return response
         }
     }

@@ -97,17 +97,20 @@ public final class AttestStore: Sendable {
     /// nil on routes whose client data is the request itself rather than a challenge. A key id or
     /// challenge that cannot have been stored (empty, or over `StoreKeys` bounds) is refused without a
     /// round trip; `window` is the number of recent counters tolerated out of order (0 = strict).
+    /// `rateLimit` applies per key and `route` (a route's log name).
     public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?,
-                                counter: UInt32, window: Int, now: Date = Date()) throws(StoreError) -> CommitOutcome {
+                                counter: UInt32, window: Int, rateLimit: RateLimit? = nil, route: String = "",
+                                now: Date = Date()) throws(StoreError) -> CommitOutcome {
         guard (0...Self.maxCounterWindow).contains(window) else {
             throw .invalidArgument("counter window must be 0-\(Self.maxCounterWindow), got \(window)")
         }
         guard StoreKeys.isPlausible(keyId: keyId) else { return .rejected(.keyUnknown) }
         if let challenge, !StoreKeys.isPlausible(challenge: challenge) { return .rejected(.challengeUnknown) }
         let commitKeys = [keys.record(keyId: keyId, environment: environment),
-                          keys.window(keyId: keyId, environment: environment)]
+                          keys.window(keyId: keyId, environment: environment), keys.rate(keyId: keyId, route: route)]
             + (challenge.map { [keys.assertChallenge($0, keyId: keyId)] } ?? [])
-        let arguments = [String(counter), String(window), String(KeyRecord.seconds(now))].map { Array($0.utf8) }
+        let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
+                         String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000)].map { Array($0.utf8) }
         let reply = try pool.with { connection throws(StoreError) in
             try scripts.commitAssertion.run(on: connection, keys: commitKeys, arguments: arguments)
         }
@@ -155,6 +158,10 @@ public final class AttestStore: Sendable {
             throw reply.storeError(context: "script commit_assertion")
         }
         let code = String(decoding: status, as: UTF8.self)
+        if code == "rate_limited", items.count == 2, case .string(let left) = items[1],
+           let milliseconds = Int(String(decoding: left, as: UTF8.self)) {
+            return .rateLimited(retryAfterMs: max(milliseconds, 0))
+        }
         if code == "accepted", items.count == 3, case .string(let previous) = items[1], case .string(let risk) = items[2],
            let counter = UInt32(String(decoding: previous, as: UTF8.self)) {
             return .accepted(previousCounter: counter, riskMetric: Int(String(decoding: risk, as: UTF8.self)))

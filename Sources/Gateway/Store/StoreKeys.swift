@@ -7,6 +7,7 @@ import AssertionCheck
 ///     <prefix>:{<key id>}:<environment>:win   sorted set: counters accepted below the highest (window > 0)
 ///     <prefix>:{<key id>}:ch:<challenge>      string "assert", TTL: an assertion challenge bound to the key
 ///     <prefix>:{<key id>}:claim:<route>       string, TTL: a `once_per_device` request of the key in flight
+///     <prefix>:{<key id>}:rate:<route>        integer, TTL: the key's accepted assertions in the current `rate_limit` window
 ///     <prefix>:ch:{<challenge>}               string "attest", TTL: an attestation challenge (no key yet)
 ///     <prefix>:dt:{<SHA-256 of device token>}  string, TTL: a DeviceCheck token already used once
 ///     <prefix>:receipt-refresh                 sorted set: "<environment>:<key id>" by next refresh time
@@ -56,6 +57,10 @@ struct StoreKeys: Sendable {
 
     func claim(keyId: [UInt8], route: String) -> [UInt8] {
         Array("\(prefix):\(tag(keyId)):claim:\(route)".utf8)
+    }
+
+    func rate(keyId: [UInt8], route: String) -> [UInt8] {
+        Array("\(prefix):\(tag(keyId)):rate:\(route)".utf8)
     }
 
     func usedDeviceToken(_ token: [UInt8]) -> [UInt8] {

@@ -24,4 +24,7 @@ public enum CommitOutcome: Equatable, Sendable {
     /// receipt risk metric last stored for the key (nil until a receipt refresh brought one).
     case accepted(previousCounter: UInt32, riskMetric: Int? = nil)
     case rejected(CommitRejection)
+    /// Valid, but the key used up its `rate_limit` window; the next one starts in `retryAfterMs`.
+    /// Nothing was recorded but the challenge, which is burned like on any other presentation.
+    case rateLimited(retryAfterMs: Int)
 }

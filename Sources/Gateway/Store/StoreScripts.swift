@@ -23,19 +23,21 @@ struct StoreScripts: Sendable {
         """)
 
     /// Accepts one assertion or changes nothing (but the challenge). Checks in order: key known, not
-    /// revoked, challenge fresh, counter new. Counter rule: above the highest accepted; or, with a window
-    /// N > 0, one of the N counters below the highest, above `window_floor`, and not accepted before
-    /// (requests that overtook each other). A window-0 commit does not track which counters below the
-    /// highest were used, so it raises `window_floor` to the new highest: nothing at or below it is ever
-    /// accepted again, whatever window a later route (or a reloaded config) uses.
-    /// KEYS[1] record, KEYS[2] window, KEYS[3] assertion challenge (absent when the route binds no
-    /// challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds).
-    /// Answers {'accepted', previous highest, risk metric or ''} or {reason code}.
+    /// revoked, challenge fresh, counter new, rate limit. Counter rule: above the highest accepted; or, with
+    /// a window N > 0, one of the N counters below the highest, above `window_floor`, and not accepted
+    /// before (requests that overtook each other). A window-0 commit does not track which counters below
+    /// the highest were used, so it raises `window_floor` to the new highest: nothing at or below it is
+    /// ever accepted again, whatever window a later route (or a reloaded config) uses. The rate counter
+    /// counts assertions that passed every other check, refused ones included (a fixed window).
+    /// KEYS[1] record, KEYS[2] window, KEYS[3] rate counter, KEYS[4] assertion challenge (absent when the
+    /// route binds no challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds),
+    /// ARGV[4] rate limit (0 = none), ARGV[5] rate window (ms).
+    /// Answers {'accepted', previous highest, risk metric or ''}, {'rate_limited', ms left} or {reason code}.
     let commitAssertion = LuaScript(name: "commit_assertion", source: """
         local challengeFresh = true
-        if KEYS[3] then
-          challengeFresh = redis.call('GET', KEYS[3]) == 'assert'
-          redis.call('DEL', KEYS[3])
+        if KEYS[4] then
+          challengeFresh = redis.call('GET', KEYS[4]) == 'assert'
+          redis.call('DEL', KEYS[4])
         end
         local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked', 'window_floor', 'risk_metric')
         if not record[1] then return {'key_unknown'} end
@@ -45,7 +47,18 @@ struct StoreScripts: Sendable {
         local floor = tonumber(record[3] or '0')
         local counter = tonumber(ARGV[1])
         local window = tonumber(ARGV[2])
-        if counter > highest then
+        local ahead = counter > highest
+        if not ahead and not (window > 0 and counter >= highest - window and counter > floor and counter < highest
+            and not redis.call('ZSCORE', KEYS[2], ARGV[1])) then
+          return {'counter_not_increasing'}
+        end
+        local limit = tonumber(ARGV[4])
+        if limit > 0 then
+          local used = redis.call('INCR', KEYS[3])
+          if redis.call('PTTL', KEYS[3]) < 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+          if used > limit then return {'rate_limited', tostring(redis.call('PTTL', KEYS[3]))} end
+        end
+        if ahead then
           if window > 0 then
             redis.call('ZADD', KEYS[2], highest, record[1])
             redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (counter - window))
@@ -54,12 +67,9 @@ struct StoreScripts: Sendable {
             redis.call('DEL', KEYS[2])
             redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[3], 'window_floor', ARGV[1])
           end
-        elseif window > 0 and counter >= highest - window and counter > floor and counter < highest
-            and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+        else
           redis.call('ZADD', KEYS[2], counter, ARGV[1])
           redis.call('HSET', KEYS[1], 'last_used_at', ARGV[3])
-        else
-          return {'counter_not_increasing'}
         end
         return {'accepted', record[1], record[4] or ''}
         """)
