@@ -101,4 +101,30 @@ final class ReceiptRefresherTests: XCTestCase {
         XCTAssertTrue(apple.requests(to: "/v1/attestationData").isEmpty)
         XCTAssertFalse(try dueLater(by: 86_400 * 365))
     }
+
+    func testABacklogIsWorkedOffWithoutWaitingForThePoll() throws {
+        // Default concurrency 2: 16 keys per pass. 40 more keys due: three passes back to back, where one
+        // pass per 30 s poll would leave most of them waiting.
+        for _ in 0..<40 {
+            var other = StoreFixture.record(environment: .development)
+            other.appID = RealRefreshedReceipt.appID.description
+            XCTAssertEqual(try fixture.store.register(other), .created)
+            try fixture.store.scheduleReceiptRefresh(keyId: other.keyId, environment: .development, at: now.addingTimeInterval(-1))
+        }
+        refresher.start()
+        defer { refresher.stop() }
+        let deadline = Date().addingTimeInterval(10)
+        var due = 41
+        while Date() < deadline {
+            guard case .integer(let count) = try fixture.connection().command(
+                "ZCOUNT", "\(fixture.prefix):receipt-refresh", "-inf", String(Int64(now.timeIntervalSince1970))) else {
+                return XCTFail("ZCOUNT")
+            }
+            due = Int(count)
+            if due == 0 { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        XCTAssertEqual(due, 0, "keys still due after 10 s")
+        XCTAssertEqual(apple.requests(to: "/v1/attestationData").count, 41)
+    }
 }

@@ -29,10 +29,17 @@ final class ReceiptRefresher: Sendable {
     func start() {
         Thread.detachNewThread { [self] in
             while !stopped.load(ordering: .relaxed) {
-                runOnce()
+                // A full batch means more keys are due (a backlog after an outage, or more keys than one
+                // pass per poll covers): go on at once until a pass comes back short.
+                if let batch = batchSize(runtime()), runOnce() >= batch { continue }
                 _ = wake.wait(timeout: .now() + ReceiptRefresher.pollSeconds * Double.random(in: 0.8...1.2))
             }
         }
+    }
+
+    /// Keys claimed per pass: enough to keep every exchange slot busy for a while.
+    private func batchSize(_ runtime: GatewayRuntime) -> Int? {
+        runtime.apple.map { $0.config.receiptRefreshConcurrency * 8 }
     }
 
     func stop() {
@@ -45,12 +52,12 @@ final class ReceiptRefresher: Sendable {
     @discardableResult
     func runOnce() -> Int {
         let runtime = self.runtime()
-        guard let apple = runtime.apple else { return 0 }
+        guard let apple = runtime.apple, let batch = batchSize(runtime) else { return 0 }
         let now = clock()
         let due: [(keyId: [UInt8], environment: AppAttestEnvironment)]
         do {
             due = try runtime.store.claimDueReceipts(now: now, leaseUntil: now.addingTimeInterval(ReceiptRefresher.leaseSeconds),
-                                                     limit: apple.config.receiptRefreshConcurrency * 8)
+                                                     limit: batch)
         } catch {
             log.event(.warn, "receipt_refresh_skipped", ["reason": error.reasonCode, "message": error.message])
             return 0
