@@ -14,7 +14,9 @@ import re
 import sys
 import urllib.request
 
-COUNTER = re.compile(r'^(gateway_requests_total|gateway_key_cache_total|gateway_key_cache_entries)(?:\{([^}]*)\})? ([0-9.e+]+)$')
+COUNTER = re.compile(r'^(gateway_requests_total|gateway_key_cache_total|gateway_key_cache_entries'
+                     r'|gateway_(?:request|verify|store|upstream)_duration_seconds_bucket)(?:\{([^}]*)\})? ([0-9.e+]+)$')
+PHASES = ("request", "verify", "store", "upstream")
 FAILED_SHARE = 0.001  # more rejected or failed requests than this and a run is FAILED, not fast
 # Whose CPU a target's throughput costs (the upstream nginx serves every target and is listed apart).
 COMPONENTS = {"a": ["upstream"], "b": ["front"], "c": ["gateway"], "d": ["gateway"], "e": ["front", "diy"],
@@ -97,6 +99,37 @@ def read_json(path):
         return {}
 
 
+def phase_quantiles(before, after):
+    """p50/p99 (ms) of the gateway's own phase histograms over the run, interpolated inside buckets."""
+    result = {}
+    for phase in PHASES:
+        prefix = "gateway_%s_duration_seconds_bucket" % phase
+        buckets = {}
+        for key, value in after.items():
+            if key.startswith(prefix):
+                bound = re.search(r'le="([^"]+)"', key)[1]
+                bound = float("inf") if bound == "+Inf" else float(bound)
+                buckets[bound] = buckets.get(bound, 0) + value - before.get(key, 0)
+        bounds = sorted(buckets)
+        total = buckets[bounds[-1]] if bounds else 0
+        if total <= 0:
+            continue
+        quantiles = {}
+        for name, share in (("p50", 0.5), ("p99", 0.99)):
+            target, lower, below = share * total, 0.0, 0.0
+            for bound in bounds:
+                if buckets[bound] >= target:
+                    if bound == float("inf"):
+                        quantiles[name] = None  # beyond the last bucket
+                    else:
+                        within = (target - below) / max(buckets[bound] - below, 1e-9)
+                        quantiles[name] = round((lower + (bound - lower) * within) * 1000, 2)
+                    break
+                lower, below = bound, buckets[bound]
+        result[phase] = quantiles
+    return result
+
+
 def judge(run):
     """Adds status, gateway decisions and CPU cores to a run."""
     wrk = run["wrk"]
@@ -118,6 +151,7 @@ def judge(run):
                 decisions["%s %s%s" % (labels["route"], labels["decision"],
                                        " " + labels["reason"] if labels["reason"] else "")] = int(delta)
     run["gateway_decisions"] = decisions
+    run["gateway_ms"] = phase_quantiles(before, after)
     cache = {k.split('"')[1]: int(after[k] - before.get(k, 0)) for k in after if k.startswith("gateway_key_cache_total")}
     if "gateway_key_cache_entries{}" in after:
         cache["entries_after"] = int(after["gateway_key_cache_entries{}"])
@@ -252,6 +286,10 @@ def print_table(runs, crypto_result, checks):
             print("%14s gateway decisions: %s" % ("", decisions))
         if run["target"] == "keys":
             print("%14s gateway key cache: %s" % ("", run.get("key_cache", {})))
+        phases = run.get("gateway_ms", {})
+        if phases:
+            print("%14s inside the gateway, p50/p99 ms: %s" % ("", ", ".join(
+                "%s %s/%s" % (phase, phases[phase].get("p50"), phases[phase].get("p99")) for phase in PHASES if phase in phases)))
     print()
     for key, value in sorted(crypto_result.items()):
         print("%-50s %12.0f" % (key, value) if value > 10 else "%-50s %12.3f" % (key, value))

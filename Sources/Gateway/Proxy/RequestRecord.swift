@@ -76,6 +76,10 @@ final class RequestRecord: @unchecked Sendable {
             updates.append(.observe("gateway_verify_duration_seconds", [:], seconds: verifyMs / 1000,
                                     help: "Assertion verification time (pure checks and signature)."))
         }
+        if let storeMs {
+            updates.append(.observe("gateway_store_duration_seconds", [:], seconds: storeMs / 1000,
+                                    help: "Time of the Redis commit of an assertion (one round trip)."))
+        }
         metrics.apply(updates)
     }
 }
