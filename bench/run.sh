@@ -258,11 +258,12 @@ for connections in $levels; do
 done
 
 # Many keys: written straight into Redis with the gateway's own store code (attesting 100k keys would
-# take longer than the whole bench). Then the assert route again at peak connections, twice: requests from a
-# tenth of the new keys, several each (the first of each misses the key cache: a process meeting its
-# active devices), and requests each from a key not used before (every lookup misses: the worst case).
+# take longer than the whole bench). Then the assert route again at peak connections, twice: from as many
+# of the new keys as the small runs had devices, several requests each (the same traffic as d, with 50 x
+# the keys registered; the first request of each key misses the key cache), and each request from a key
+# not used before (every lookup misses: the worst case).
 if [ "$keys" -gt 0 ]; then
-    active=$((keys / 10))
+    active=$devices
     measured=$(python3 -c "print(int(max($assert_best, 100) * $duration * 1.3) + 1000)")
     echo "bench: storing $keys keys or more directly in Redis: $measured assert requests from $active of them," \
         "$measured from as many others"
