@@ -12,11 +12,13 @@ struct AssertGate {
     let environments: [AppAttestEnvironment]
 
     struct Passed {
-        let keyId: String
-        let rawKeyId: [UInt8]
+        let keyId: [UInt8]
         let counter: UInt32
         /// The receipt risk metric stored for the key, once a receipt refresh brought one.
         let riskMetric: Int?
+
+        /// The upstream sees one spelling of the key id whatever base64 flavour the client used.
+        var keyIdBase64: String { Base64.encode(keyId) }
     }
 
     func check(_ request: HTTPRequest, decodedPath: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Passed {
@@ -68,8 +70,7 @@ struct AssertGate {
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
         let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter,
                                     route: route)
-        // The upstream sees one spelling of the key id whatever base64 flavour the client used.
-        return Passed(keyId: Base64.encode(keyId), rawKeyId: keyId, counter: verified.counter, riskMetric: riskMetric)
+        return Passed(keyId: keyId, counter: verified.counter, riskMetric: riskMetric)
     }
 
     /// Answers the key's stored risk metric.

@@ -76,8 +76,8 @@ struct AssertRoute {
             if policy.oncePerDevice != nil {
                 // Marked before the bits are read: two requests of one app reading "not yet" at the same
                 // moment would otherwise both be forwarded and both claim.
-                try markInFlight(passed.rawKeyId, route: route)
-                inFlight = passed.rawKeyId
+                try markInFlight(passed.keyId, route: route)
+                inFlight = passed.keyId
             }
             do {
                 let device = try devices.inspect(token: token, policy: policy)
@@ -88,7 +88,7 @@ struct AssertRoute {
             }
         }
         record.decision = "verified"
-        return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyId, riskMetric: passed.riskMetric),
+        return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyIdBase64, riskMetric: passed.riskMetric),
                        pendingClaim: claim, inFlight: inFlight)
     }
 

@@ -15,7 +15,7 @@ extension AttestStore {
         }
     }
 
-    /// Marks a `once_per_device` request of this key on this route as in flight until `release` or `ttlMs`
+    /// Marks a `once_per_device` request of this key on this route as in flight until `releaseClaim` or `ttlMs`
     /// (the lease outlives a gateway that dies mid-request); false while another one is.
     public func claimInFlight(keyId: [UInt8], route: String, ttlMs: Int) throws(StoreError) -> Bool {
         let command = [Array("SET".utf8), keys.claim(keyId: keyId, route: route)] + ["1", "NX", "PX", String(ttlMs)].map { Array($0.utf8) }
