@@ -2,8 +2,8 @@
 /// rpIdHash(32) flags(1) counter(4, big-endian) [aaguid(16) credIdLen(2) credId COSE_Key] [extensions map].
 public struct AuthenticatorData: Sendable {
     public static let fixedLength = 37
+    /// AT: what real devices set in attestations and (without credential data) in assertions.
     public static let flagAttestedCredentialData: UInt8 = 0x40
-    public static let flagExtensionData: UInt8 = 0x80
 
     public let rpIdHash: [UInt8]
     public let flags: UInt8

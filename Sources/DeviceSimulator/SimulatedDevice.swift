@@ -27,7 +27,7 @@ public final class SimulatedDevice: @unchecked Sendable {
     /// What the simulator puts where Apple puts a PKCS#7 receipt (verifiers store it, never parse it).
     public static let placeholderReceipt = Array("simulated-app-attest-receipt".utf8)
     /// AT set on attestations and, like real devices, on assertions too.
-    static let flags: UInt8 = 0x40
+    static let flags = AuthenticatorData.flagAttestedCredentialData
 
     public let ca: TestCA
     public let appID: AppID

@@ -101,6 +101,22 @@ final class OperationsTests: XCTestCase {
         XCTAssertTrue(try env.admin("/metrics").text.contains("decision=\"rejected\",reason=\"unsupported_transfer_encoding\""))
     }
 
+    func testMetricsCountOpenConnectionsAndRequestsInFlight() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let idle = try RawHTTPClient(port: env.gateway.port)
+        try idle.send("GET /public/x HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try idle.readResponse().status, 200)  // kept alive, now idle
+        let slow = try RawHTTPClient(port: env.gateway.port)
+        try slow.send("GET /slow?ms=1000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        Thread.sleep(forTimeInterval: 0.5)
+        let text = try env.admin("/metrics").text
+        XCTAssertTrue(text.contains("gateway_open_connections 2\n"), text)
+        XCTAssertTrue(text.contains("gateway_in_flight_requests 1\n"), text)
+        XCTAssertEqual(try slow.readResponse().status, 200)
+        XCTAssertTrue(try env.admin("/metrics").text.contains("gateway_in_flight_requests 0\n"))
+    }
+
     func testReloadRaisesARouteBodyLimitWithoutRestart() throws {
         let env = try GatewayEnvironment(routes: """
               - { path_prefix: "/", upstream: echo, policy: pass, max_body_bytes: 1000 }

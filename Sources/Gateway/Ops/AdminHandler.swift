@@ -6,11 +6,14 @@ import Upstream
 /// Kept off the public port so probes and scrapes never compete with, or leak to, API clients.
 final class AdminHandler: HTTPHandler, @unchecked Sendable {
     private let proxy: ProxyHandler
+    /// The public listener, for its connection gauges.
+    private let listener: MHDServer
     /// Set when SIGTERM starts the drain: /readyz then says 503 so load balancers stop sending.
     let draining = Atomic<Bool>(false)
 
-    init(proxy: ProxyHandler) {
+    init(proxy: ProxyHandler, listener: MHDServer) {
         self.proxy = proxy
+        self.listener = listener
     }
 
     func handle(_ request: HTTPRequest) -> HTTPResponse {
@@ -26,7 +29,13 @@ final class AdminHandler: HTTPHandler, @unchecked Sendable {
             }
             return proxy.runtime.store.ping() ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
         case "/metrics":
-            let gauges = [(name: "gateway_key_cache_entries", help: "Public keys cached in process.", value: Double(proxy.keyCache.count))]
+            let gauges = [
+                (name: "gateway_key_cache_entries", help: "Public keys cached in process.", value: Double(proxy.keyCache.count)),
+                (name: "gateway_open_connections", help: "Client connections open on the public listener, idle keep-alive ones included.",
+                 value: Double(listener.activeConnections)),
+                (name: "gateway_in_flight_requests", help: "Requests received and not yet fully answered.",
+                 value: Double(listener.inFlightRequests)),
+            ]
             return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain; version=0.0.4")],
                                 body: .bytes(Array(proxy.metrics.exposition(extra: gauges).utf8)))
         default:

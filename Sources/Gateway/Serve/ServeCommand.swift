@@ -79,7 +79,7 @@ final class Server: @unchecked Sendable {
         Server.announce(config, log: log)
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log)
         proxyServer = try MHDServer(address: config.listen.description, limits: config.listenerLimits, handler: handler)
-        admin = AdminHandler(proxy: handler)
+        admin = AdminHandler(proxy: handler, listener: proxyServer)
         adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
                                     handler: admin)
         let proxy = handler
