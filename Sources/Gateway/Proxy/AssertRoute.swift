@@ -1,3 +1,4 @@
+import HTTPServer
 import AssertionCheck
 
 /// What an `assert` route decides before forwarding: an App Attest assertion (or, on `fallback:

@@ -1,3 +1,4 @@
+import HTTPServer
 import AppleServices
 import AssertionCheck
 import Foundation

@@ -1,4 +1,6 @@
+import EventLoop
 import Foundation
+import HTTPServer
 import Upstream
 
 /// Sends a request on to its upstream and relays the answer, streaming it when it is long or open-ended.
@@ -9,6 +11,7 @@ struct Forwarder {
 
     let log: EventLog
     let metrics: Metrics
+    let blocking: BlockingPool
 
     struct Identity {
         let status: String
@@ -16,15 +19,18 @@ struct Forwarder {
         let riskMetric: Int?
     }
 
-    func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+    func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
         let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
+        let sent = await blocking.run { () -> Result<UpstreamResponse, UpstreamError> in
+            do throws(UpstreamError) { return .success(try upstream.client.send(outgoing)) } catch { return .failure(error) }
+        }
         let response: UpstreamResponse
-        do {
-            response = try upstream.client.send(outgoing)
-        } catch {
+        switch sent {
+        case .success(let received): response = received
+        case .failure(let error):
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
                               help: "Upstream requests that failed before a response.")
@@ -36,11 +42,13 @@ struct Forwarder {
             + [HTTPField("X-Request-Id", record.requestId)]
         let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
         if noBody || (response.headers.values(named: "Content-Length").first.flatMap { Int($0) }.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
+            let read = noBody ? .success([]) : await blocking.run { () -> Result<[UInt8], UpstreamError> in
+                do throws(UpstreamError) { return .success(try response.readAll(limit: Forwarder.bufferedBodyLimit)) } catch { return .failure(error) }
+            }
             let body: [UInt8]
-            do {
-                body = noBody ? [] : try response.readAll(limit: Forwarder.bufferedBodyLimit)
-            } catch {
-                throw GatewayError(error)
+            switch read {
+            case .success(let bytes): body = bytes
+            case .failure(let error): throw GatewayError(error)
             }
             response.finish()
             record.upstreamMs = RequestRecord.milliseconds(since: start)
@@ -48,9 +56,7 @@ struct Forwarder {
             return HTTPResponse(status: response.status, headers: headers, body: .bytes(body))
         }
         return HTTPResponse(status: response.status, headers: headers,
-                            body: .stream(RelayedBody(response: response, record: record, upstreamStart: start, finish: { [log, metrics] in
-                                record.finish(log: log, metrics: metrics)
-                            })))
+                            body: .stream(RelayedBody(response: response, record: record, upstreamStart: start, blocking: blocking)))
     }
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
@@ -74,26 +80,28 @@ struct Forwarder {
     }
 }
 
-/// An upstream body relayed to the client as it arrives; the request is logged when it closes.
+/// An upstream body relayed to the client as it arrives.
 final class RelayedBody: HTTPBodyStream {
     private let response: UpstreamResponse
     private let record: RequestRecord
     private let upstreamStart: UInt64
-    private let finish: () -> Void
+    private let blocking: BlockingPool
 
-    init(response: UpstreamResponse, record: RequestRecord, upstreamStart: UInt64, finish: @escaping () -> Void) {
+    init(response: UpstreamResponse, record: RequestRecord, upstreamStart: UInt64, blocking: BlockingPool) {
         self.response = response
         self.record = record
         self.upstreamStart = upstreamStart
-        self.finish = finish
+        self.blocking = blocking
     }
 
-    func nextChunk() throws -> [UInt8]? {
-        do {
-            guard let chunk = try response.readBody() else { return nil }
-            record.bytesOut += chunk.count
-            return chunk
-        } catch {
+    func nextChunk() async throws -> [UInt8]? {
+        let response = self.response
+        let next = await blocking.run { () -> Result<[UInt8]?, UpstreamError> in
+            do throws(UpstreamError) { return .success(try response.readBody()) } catch { return .failure(error) }
+        }
+        switch next {
+        case .success(let chunk): return chunk
+        case .failure(let error):
             record.reason = error.reasonCode
             throw error
         }
@@ -102,6 +110,5 @@ final class RelayedBody: HTTPBodyStream {
     func close() {
         response.finish()
         record.upstreamMs = RequestRecord.milliseconds(since: upstreamStart)
-        finish()
     }
 }

@@ -1,5 +1,6 @@
 import AppleServices
 import AssertionCheck
+import HTTPServer
 import Upstream
 
 /// Every way a request can end early. The one place where a reason becomes an HTTP status: the error
@@ -11,6 +12,9 @@ public enum GatewayError: Error, Equatable {
     case badRequest(String)
     case badPath
     case bodyTooLarge(limit: Int)
+    /// The request body could not be read: too large, too slow, malformed, the client left, or the
+    /// process-wide body budget is spent.
+    case body(BodyReadError)
     case challengeUnknown
     case keyUnknown
     case keyRevoked
@@ -42,6 +46,7 @@ public enum GatewayError: Error, Equatable {
         case .badRequest: return "bad_request"
         case .badPath: return "bad_path"
         case .bodyTooLarge: return "body_too_large"
+        case .body(let error): return error.reasonCode
         case .challengeUnknown: return "challenge_unknown"
         case .keyUnknown: return "key_unknown"
         case .keyRevoked: return "key_revoked"
@@ -73,6 +78,7 @@ public enum GatewayError: Error, Equatable {
         case .assertionMissing, .keyUnknown: return 401
         case .badHeader, .badRequest, .badPath: return 400
         case .bodyTooLarge: return 413
+        case .body(let error): return error.status
         case .challengeUnknown, .keyAlreadyRegistered: return 409
         case .keyRevoked, .routeDenied: return 403
         case .routeNotFound: return 404
@@ -94,6 +100,7 @@ public enum GatewayError: Error, Equatable {
         case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
         case .badPath: return "the request path is malformed (bad percent escape, encoded slash or dot segment)"
         case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
+        case .body(let error): return error.message
         case .challengeUnknown: return "the challenge is unknown, expired or already used; fetch a new one"
         case .keyUnknown: return "the key id is not registered; attest the key first"
         case .keyRevoked: return "the key has been revoked"

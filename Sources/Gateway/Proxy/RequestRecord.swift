@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Synchronization
 
 /// What one request did, gathered along its path and written once as the request's log line and
@@ -21,6 +22,8 @@ final class RequestRecord: @unchecked Sendable {
     var verifyMs: Double?
     var storeMs: Double?
     var upstreamMs: Double?
+    /// How the response ended; nil for requests the server refused before a handler ran.
+    var outcome: ExchangeOutcome?
     private let finished = Atomic<Bool>(false)
 
     init(requestId: String, method: String, path: String, bytesIn: Int) {
@@ -52,6 +55,7 @@ final class RequestRecord: @unchecked Sendable {
         if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
         line.int("bytes_in", bytesIn)
         line.int("bytes_out", bytesOut)
+        if let outcome { line.string("outcome", outcome.rawValue) }
         line.number("total_ms", totalMs)
         if let verifyMs { line.number("verify_ms", verifyMs) }
         if let storeMs { line.number("store_ms", storeMs) }
