@@ -56,6 +56,20 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
         submit(.closure(work))
     }
 
+    /// Runs `body` on the loop and waits for its result: set-up and shutdown only (a handle must be created
+    /// on its loop's thread), never from another loop's work.
+    public func sync<T>(_ body: @escaping () -> T) -> T {
+        if inLoop { return body() }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: T?
+        executeOnLoop {
+            result = body()
+            done.signal()
+        }
+        done.wait()
+        return result!
+    }
+
     public func enqueue(_ job: consuming ExecutorJob) {
         submit(.job(UnownedJob(job)))
     }

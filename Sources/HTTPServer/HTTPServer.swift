@@ -69,19 +69,8 @@ public final class HTTPServer: @unchecked Sendable {
         }
     }
 
-    /// Runs `body` on `loop` and waits for it (server set-up and shutdown only, never on a loop thread).
     @discardableResult
-    static func onLoop<T>(_ loop: EventLoop, _ body: @escaping () -> T) -> T {
-        if loop.inLoop { return body() }
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var result: T?
-        loop.executeOnLoop {
-            result = body()
-            done.signal()
-        }
-        done.wait()
-        return result!
-    }
+    static func onLoop<T>(_ loop: EventLoop, _ body: @escaping () -> T) -> T { loop.sync(body) }
 }
 
 /// What every connection of one server shares: limits, the handler, counters and the body budget.

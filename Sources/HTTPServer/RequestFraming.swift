@@ -47,7 +47,7 @@ public enum RequestFraming: Equatable, Sendable {
 
 extension String {
     /// Without leading and trailing spaces and tabs (HTTP's optional whitespace).
-    var trimmingSpaces: String {
+    public var trimmingSpaces: String {
         let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
         guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
             return ""

@@ -14,8 +14,16 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     let metrics: Metrics
     let log: EventLog
     let blocking: BlockingPool
+    /// Each loop's curl multi handle: a request is forwarded on the loop its connection lives on.
+    private let multis: [ObjectIdentifier: LoopMulti]
 
-    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog, blocking: BlockingPool) {
+    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog, blocking: BlockingPool, loops: [EventLoop]) throws {
+        multis = try Dictionary(uniqueKeysWithValues: loops.map { loop in
+            let made = loop.sync { () -> Result<LoopMulti, UpstreamError> in
+                do throws(UpstreamError) { return .success(try LoopMulti(loop: loop)) } catch { return .failure(error) }
+            }
+            return (ObjectIdentifier(loop), try made.get())
+        })
         current = Locked(runtime)
         keyCache = KeyCache(capacity: runtime.config.appAttest.keyCacheSize)
         self.metrics = metrics
@@ -49,13 +57,13 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.outcome = outcome
             record.finish(log: log, metrics: metrics)
         }
-        let response: HTTPResponse
+        let response: HTTPResponse?
         do {
             response = try await route(exchange, runtime: runtime, record: record)
         } catch {
             response = errorResponse(error, record: record)
         }
-        await exchange.send(response)
+        if let response { await exchange.send(response) }
     }
 
     private func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
@@ -72,7 +80,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         return response
     }
 
-    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
+    /// The response to send, or nil when the upstream's was relayed already.
+    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse? {
         let head = exchange.head
         guard let path = PathDecoding.decode(head.path) else { throw .badPath }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
@@ -105,14 +114,14 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         case .assert:
             outcome = try await offload { () throws(GatewayError) in try assertRoute.decide(request, path: path, route: route, record: record) }
         }
-        guard let upstream = runtime.upstreams[route.upstream ?? ""] else {
+        guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = multis[ObjectIdentifier(exchange.loop)] else {
             await release(assertRoute, outcome, route, record)
             throw .routeNotFound
         }
-        let response: HTTPResponse
+        let status: Int
         do {
-            response = try await Forwarder(log: log, metrics: metrics, blocking: blocking)
-                .forward(request, to: upstream, identity: outcome.identity, record: record)
+            status = try await Forwarder(log: log, metrics: metrics)
+                .forward(request, exchange: exchange, multi: multi, to: upstream, identity: outcome.identity, record: record)
         } catch {
             record.decision = "upstream_error"
             await release(assertRoute, outcome, route, record)
@@ -120,11 +129,11 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         }
         if outcome.pendingClaim != nil || outcome.inFlight != nil {
             await blocking.run {
-                assertRoute.afterUpstream(status: response.status, outcome: outcome, route: route, record: record)
+                assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
                 assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             }
         }
-        return response
+        return nil
     }
 
     private func release(_ assertRoute: AssertRoute, _ outcome: AssertRoute.Outcome, _ route: RouteConfig, _ record: RequestRecord) async {
