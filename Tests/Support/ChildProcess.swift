@@ -8,6 +8,8 @@ public final class ChildProcess: @unchecked Sendable {
     private let output = Mutex<[String]>([])
     private let partial = Mutex<String>("")
     private let outputPipe = Pipe()
+    /// The pipe reached end of file: every line the process printed is in `lines`.
+    private let drained = Atomic<Bool>(false)
 
     public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: executable)
@@ -19,7 +21,11 @@ public final class ChildProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         outputPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
             let data = handle.availableData
-            guard let self, !data.isEmpty else { return }
+            guard let self else { return }
+            guard !data.isEmpty else {
+                self.drained.store(true, ordering: .releasing)
+                return
+            }
             self.append(String(decoding: data, as: UTF8.self))
         }
         try process.run()
@@ -58,7 +64,11 @@ public final class ChildProcess: @unchecked Sendable {
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning, Date() < deadline { usleep(20_000) }
-        return process.isRunning ? nil : process.terminationStatus
+        if process.isRunning { return nil }
+        // The exit can be seen before the reader has taken the last output: wait (briefly) for end of file.
+        let drainDeadline = Date().addingTimeInterval(0.25)
+        while !drained.load(ordering: .acquiring), Date() < drainDeadline { usleep(5_000) }
+        return process.terminationStatus
     }
 
     /// SIGTERM, then SIGKILL if it does not go within 5 s.

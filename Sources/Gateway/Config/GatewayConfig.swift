@@ -83,6 +83,9 @@ public struct GatewayConfig: Sendable {
         if apple == nil, let route = routes.first(where: { $0.deviceCheck.usesApple }), let node = top.optional("routes") {
             node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
         }
+        if appAttest.token == nil, let route = routes.first(where: { $0.accept.contains(.token) }), let node = top.optional("routes") {
+            node.invalid("routes[\(route.index)] accepts tokens, which need an app_attest.token section (signing_key_file)")
+        }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
                              appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }

@@ -13,6 +13,8 @@ struct Forwarder {
         let status: String
         let keyId: String?
         let riskMetric: Int?
+        /// How the request proved itself (`assertion`, `token`, `devicecheck`): `X-Attest-Method`.
+        var method: String? = nil
     }
 
     /// Answers the client with the upstream's response; returns its status once the relay has ended.
@@ -89,6 +91,7 @@ struct Forwarder {
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
         if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
+        if let method = identity.method { headers.append(HTTPField("X-Attest-Method", method)) }
         return headers
     }
 }

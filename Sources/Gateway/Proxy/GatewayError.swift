@@ -37,6 +37,11 @@ public enum GatewayError: Error, Equatable {
     case riskTooHigh(metric: Int, limit: Int)
     case appleUnavailable(String)
     case appleMisconfigured(String)
+    case tokenExpired
+    case tokenInvalid(String)
+    case tokenRevoked
+    case tokenReused
+    case tokenSigningFailed(String)
 
     public var reasonCode: String {
         switch self {
@@ -69,6 +74,11 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh: return "risk_too_high"
         case .appleUnavailable: return "apple_unavailable"
         case .appleMisconfigured: return "apple_misconfigured"
+        case .tokenExpired: return "token_expired"
+        case .tokenInvalid: return "token_invalid"
+        case .tokenRevoked: return "token_revoked"
+        case .tokenReused: return "token_reused"
+        case .tokenSigningFailed: return "token_signing_failed"
         }
     }
 
@@ -91,6 +101,10 @@ public enum GatewayError: Error, Equatable {
         case .rateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
+        case .tokenExpired, .tokenInvalid: return 401
+        case .tokenRevoked: return 403
+        case .tokenReused: return 409
+        case .tokenSigningFailed: return 503
         }
     }
 
@@ -123,6 +137,11 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
+        case .tokenExpired: return "the token has expired; mint a new one at /assert/token"
+        case .tokenInvalid(let detail): return "the token is not valid: \(detail)"
+        case .tokenRevoked: return "the key this token was minted for has been revoked"
+        case .tokenReused: return "this route accepts a token once and this one was already used; mint a new one"
+        case .tokenSigningFailed(let detail): return "the gateway could not sign a token: \(detail)"
         }
     }
 

@@ -18,13 +18,17 @@ public final class GatewayRuntime: Sendable {
     let attestationPolicy: AttestationPolicy
     /// Apple's server APIs, when the config has an `apple:` section.
     let apple: AppleRuntime?
+    /// Gateway tokens, when the config has an `app_attest.token` section.
+    let tokens: GatewayTokens?
 
-    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?) {
+    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?,
+                 tokens: GatewayTokens?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
         self.apple = apple
+        self.tokens = tokens
         attestationPolicy = AttestationPolicy(apps: config.appAttest.apps, environments: Set(config.appAttest.environments),
                                               trustAnchor: config.appAttest.trustAnchor)
     }
@@ -54,7 +58,9 @@ public final class GatewayRuntime: Sendable {
                 apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
             }
         }
-        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple)
+        let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
+        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
+                              tokens: tokens)
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {

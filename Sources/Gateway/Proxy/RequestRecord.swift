@@ -13,6 +13,8 @@ final class RequestRecord: @unchecked Sendable {
     var decision = "denied"
     var reason: String?
     var keyId: String?
+    /// How an assert-route request proved itself: `assertion`, `token`, `devicecheck`.
+    var attestMethod: String?
     var counter: UInt32?
     var riskMetric: Int?
     var upstreamStatus: Int?
@@ -49,6 +51,7 @@ final class RequestRecord: @unchecked Sendable {
         line.string("decision", decision)
         if let reason { line.string("reason", reason) }
         line.int("status", status)
+        if let attestMethod { line.string("attest_method", attestMethod) }
         if let keyId { line.string("key_id", String(keyId.prefix(12))) }
         if let counter { line.int("counter", Int(counter)) }
         if let riskMetric { line.int("risk_metric", riskMetric) }
@@ -72,6 +75,11 @@ final class RequestRecord: @unchecked Sendable {
         if let upstreamMs, upstreamStatus != nil {
             updates.append(.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,
                                     help: "Time from forwarding to the last upstream byte relayed."))
+        }
+        if let attestMethod {
+            updates.append(.count("gateway_attest_requests_total", ["route": route, "attest_method": attestMethod, "decision": decision,
+                                                                   "reason": reason ?? ""],
+                                  help: "Assert-route requests by how they proved themselves, decision and reason code."))
         }
         if let reason, reason.hasPrefix("store_") {
             updates.append(.count("gateway_store_errors_total", ["reason": reason], help: "Requests that failed on the Redis state store."))
