@@ -19,6 +19,8 @@ let package = Package(
         systemLibrary("CHiredis", pkgConfig: "hiredis", apt: "libhiredis-dev"),
         systemLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: "libmicrohttpd-dev"),
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
+        // No library: a header whose macro carries the git commit of a release build (gateway_build_info).
+        .systemLibrary(name: "CBuildInfo"),
 
         // Pure verification: attestation, assertion, client-data binding. No I/O, no clock.
         .target(name: "AssertionCheck", dependencies: ["COpenSSL", "CCBOR"]),
@@ -30,7 +32,7 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
+            "AssertionCheck", "AppleServices", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML", "CBuildInfo",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
 

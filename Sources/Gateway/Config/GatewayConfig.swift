@@ -14,6 +14,8 @@ public struct GatewayConfig: Sendable {
     public let appAttest: AppAttestConfig
     /// `server.max_body_bytes` is the default for routes without their own.
     public let server: ServerLimits
+    /// `server.trusted_proxies`, `server.client_ip_header`: where logs take the client's address from.
+    public let clientAddress: ClientAddressPolicy
     public let log: LogConfig
     /// In file order.
     public let upstreams: [UpstreamConfig]
@@ -73,7 +75,9 @@ public struct GatewayConfig: Sendable {
         let prefix = readPrefix(top)
         let redis = RedisConfig.read(top.section("redis"))
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
-        let server = readServer(top.section("server"))
+        let serverSection = top.section("server")
+        let clientAddress = ClientAddressPolicy.read(serverSection)
+        let server = readServer(serverSection)
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
@@ -83,7 +87,7 @@ public struct GatewayConfig: Sendable {
             node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
         }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             appAttest: appAttest, server: server, clientAddress: clientAddress, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {

@@ -31,6 +31,7 @@ struct Forwarder {
             throw GatewayError(error)
         }
         record.upstreamStatus = response.status
+        record.upstreamAddr = response.remoteAddress
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
         let headers = ForwardingRules.responseHeaders(response.headers).filter { !$0.hasName("X-Request-Id") }
             + [HTTPField("X-Request-Id", record.requestId)]

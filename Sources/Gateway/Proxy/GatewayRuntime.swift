@@ -54,6 +54,7 @@ public final class GatewayRuntime: Sendable {
                 apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
             }
         }
+        metrics.apply(KnownSeries(config: config).updates)
         return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple)
     }
 

@@ -39,6 +39,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let record = RequestRecord(requestId: RequestID.accept([]), method: method,
                                    path: String(target.prefix { $0 != "?" }.prefix(512)), bytesIn: 0)
         record.decision = "rejected"
+        record.clientIP = clientAddress
         record.reason = reason
         record.status = status
         record.finish(log: log, metrics: metrics)
@@ -48,6 +49,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let runtime = self.runtime
         let record = RequestRecord(requestId: RequestID.accept(request.headers.values(named: "X-Request-Id")),
                                    method: request.method, path: request.path, bytesIn: request.body.count)
+        record.capture(request, clientAddress: runtime.config.clientAddress)
         do {
             let response = try route(request, runtime: runtime, record: record)
             record.status = response.status
