@@ -8,6 +8,6 @@ extension GatewayConfig {
                                      trustAnchorFile: file, challengeTTLSeconds: appAttest.challengeTTLSeconds,
                                      keyCacheSize: appAttest.keyCacheSize, token: appAttest.token)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
-                             server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             server: server, clientAddress: clientAddress, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
 }
