@@ -9,6 +9,8 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$w
 cleanup() { kill "$(cat "$work/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 export TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+# The iOS client library on its own: it must build without any server module.
+swift build --target AppAttestClient
 swift build --build-tests
 # XCTest only (the suite has no Swift Testing tests); the last line is the plain "N passed, N failed" summary.
 set +e

@@ -14,6 +14,7 @@ enum CheckConfigCommand {
             if !config.appAttest.trustAnchor.isApple {
                 print("warning: app_attest.trust_anchor is not Apple's root: simulated devices would be accepted")
             }
+            if let warning = config.debugTokenWarning { print("warning: \(warning)") }
             if let apple = config.apple {
                 if let pem = try? String(contentsOfFile: apple.privateKeyPath, encoding: .utf8) {
                     do { _ = try P256PrivateKey(pem: pem) } catch {

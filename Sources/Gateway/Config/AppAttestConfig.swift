@@ -9,6 +9,8 @@ public struct AppAttestConfig: Sendable {
     public let trustAnchorFile: String?
     public let challengeTTLSeconds: Int
     public let keyCacheSize: Int
+    /// Secrets (by SHA-256) accepted in place of an assertion, for the Simulator and CI; empty = none.
+    public var debugTokens: [DebugToken] = []
 
     /// Relative trust-anchor paths are resolved against `baseDirectory` (the config file's folder).
     static func read(_ section: ConfigMapping, baseDirectory: String) -> AppAttestConfig {
@@ -18,7 +20,8 @@ public struct AppAttestConfig: Sendable {
         let (anchor, anchorFile) = readTrustAnchor(section.optional("trust_anchor"), baseDirectory: baseDirectory)
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
-                               keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000))
+                               keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000),
+                               debugTokens: DebugToken.readAll(section.optional("debug_tokens")))
     }
 
     private static func readApps(_ value: ConfigValue?) -> [AppID] {

@@ -55,6 +55,8 @@ public struct RouteConfig: Sendable, Equatable {
     public let deviceCheck: DeviceCheckPolicy
     /// Per-key limit on accepted assertions (assert routes); nil = none.
     public let rateLimit: RateLimit?
+    /// Whether `app_attest.debug_tokens` are accepted here (assert routes; true unless `allow_debug: false`).
+    public var allowDebug = true
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
@@ -104,10 +106,13 @@ extension RouteConfig {
         let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
         let deviceCheck = readDeviceCheck(route, refusal: assertOnly)
         let rateLimit = assertOption(route, "rate_limit", refusal: assertOnly, readRateLimit)
+        let allowDebug = assertOption(route, "allow_debug", refusal: assertOnly) { $0.bool() } ?? true
         guard let match, let policy else { return nil }
-        return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
-                           clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
-                           rateLimit: rateLimit, index: index)
+        var config = RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
+                                 clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
+                                 rateLimit: rateLimit, index: index)
+        config.allowDebug = allowDebug
+        return config
     }
 
     /// `rate_limit: { requests: 30, per_seconds: 60 }`, both required.

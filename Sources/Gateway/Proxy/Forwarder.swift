@@ -14,6 +14,8 @@ struct Forwarder {
         let status: String
         let keyId: String?
         let riskMetric: Int?
+        /// The `app_attest.debug_tokens` name a `debug` request was let through on.
+        var debugName: String? = nil
     }
 
     func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
@@ -70,6 +72,7 @@ struct Forwarder {
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
         if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
+        if let name = identity.debugName { headers.append(HTTPField("X-Attest-Debug-Name", name)) }
         return headers
     }
 }

@@ -33,6 +33,8 @@ public enum GatewayError: Error, Equatable {
     case riskTooHigh(metric: Int, limit: Int)
     case appleUnavailable(String)
     case appleMisconfigured(String)
+    case debugTokenInvalid
+    case debugTokenRefused
 
     public var reasonCode: String {
         switch self {
@@ -64,6 +66,8 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh: return "risk_too_high"
         case .appleUnavailable: return "apple_unavailable"
         case .appleMisconfigured: return "apple_misconfigured"
+        case .debugTokenInvalid: return "debug_token_invalid"
+        case .debugTokenRefused: return "debug_token_refused"
         }
     }
 
@@ -85,6 +89,8 @@ public enum GatewayError: Error, Equatable {
         case .rateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
+        case .debugTokenInvalid: return 401
+        case .debugTokenRefused: return 403
         }
     }
 
@@ -116,6 +122,8 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
+        case .debugTokenInvalid: return "the debug token is not one of this gateway's app_attest.debug_tokens"
+        case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
         }
     }
 

@@ -14,6 +14,8 @@ final class RequestRecord: @unchecked Sendable {
     var keyId: String?
     var counter: UInt32?
     var riskMetric: Int?
+    /// The name of the debug token a `debug` request passed on.
+    var debugToken: String?
     var upstreamStatus: Int?
     var status = 0
     var bytesIn = 0
@@ -49,6 +51,7 @@ final class RequestRecord: @unchecked Sendable {
         if let keyId { line.string("key_id", String(keyId.prefix(12))) }
         if let counter { line.int("counter", Int(counter)) }
         if let riskMetric { line.int("risk_metric", riskMetric) }
+        if let debugToken { line.string("debug_token", debugToken) }
         if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
         line.int("bytes_in", bytesIn)
         line.int("bytes_out", bytesOut)
