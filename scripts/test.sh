@@ -11,6 +11,7 @@ trap cleanup EXIT
 export TEST_REDIS_URL="redis://127.0.0.1:$port/0"
 # The iOS client library on its own: it must build without any server module.
 swift build --target AppAttestClient
+./scripts/typecheck-apple-client.sh
 swift build --build-tests
 # XCTest only (the suite has no Swift Testing tests); the last line is the plain "N passed, N failed" summary.
 set +e

@@ -44,7 +44,22 @@ public final class InMemoryKeyIdStore: KeyIdStore, @unchecked Sendable {
 
     public init(keyId: String? = nil) { self.keyId = keyId }
 
-    public func load() -> String? { lock.withLock { keyId } }
-    public func save(_ keyId: String) { lock.withLock { self.keyId = keyId } }
-    public func delete() { lock.withLock { keyId = nil } }
+    // lock()/unlock(): NSLocking.withLock needs iOS 16.
+    public func load() -> String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return keyId
+    }
+
+    public func save(_ keyId: String) {
+        lock.lock()
+        self.keyId = keyId
+        lock.unlock()
+    }
+
+    public func delete() {
+        lock.lock()
+        keyId = nil
+        lock.unlock()
+    }
 }

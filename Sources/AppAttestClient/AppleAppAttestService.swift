@@ -1,6 +1,9 @@
 #if canImport(DeviceCheck)
 @preconcurrency import DeviceCheck
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 // Not compiled on the Linux machines that test this package (DeviceCheck is Apple-only): documented API only.
 
@@ -22,7 +25,7 @@ public struct AppleAppAttestService: AppAttestService {
         try await mapped { try await DCAppAttestService.shared.generateAssertion(keyId, clientDataHash: clientDataHash) }
     }
 
-    private func mapped<T>(_ call: () async throws -> T) async throws -> T {
+    private func mapped<T: Sendable>(_ call: () async throws -> T) async throws -> T {
         do {
             return try await call()
         } catch let error as DCError where error.code == .invalidKey {

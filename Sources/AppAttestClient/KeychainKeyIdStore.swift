@@ -1,6 +1,6 @@
 #if canImport(Security)
 import Foundation
-import Security
+@preconcurrency import Security
 
 // Not compiled on the Linux machines that test this package (Security is Apple-only): documented API only.
 
