@@ -16,9 +16,10 @@ test: deps
 run: deps
 	./scripts/run.sh
 
+# The app's side of the story: AppAttestClient (the iOS package) driven by a simulated iPhone.
 demo:
-	swift build -c release --product gateway --static-swift-stdlib
-	.build/release/gateway demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
+	swift build -c release --product app-demo --static-swift-stdlib   # the flags of `make run`'s build: no rebuild
+	.build/release/app-demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
 
 clean:
 	rm -rf .build run

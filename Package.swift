@@ -12,6 +12,8 @@ let package = Package(
     platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .executable(name: "gateway", targets: ["GatewayCLI"]),
+        // `make demo`: the app's side of the story, played through AppAttestClient by a simulated iPhone.
+        .executable(name: "app-demo", targets: ["AppDemo"]),
         .library(name: "AssertionCheck", targets: ["AssertionCheck"]),
         // What an iOS app adds: App Attest key lifecycle, signed requests, DeviceCheck fallback, debug tokens.
         .library(name: "AppAttestClient", targets: ["AppAttestClient"]),
@@ -41,6 +43,7 @@ let package = Package(
         .target(name: "AppAttestClient"),
         // The client's AppAttestService played by DeviceSimulator (tests and demo only, never an app).
         .target(name: "SimulatedAppAttest", dependencies: ["AppAttestClient", "AssertionCheck", "DeviceSimulator"]),
+        .executableTarget(name: "AppDemo", dependencies: ["AppAttestClient", "SimulatedAppAttest", "DeviceSimulator", "Gateway"]),
 
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
