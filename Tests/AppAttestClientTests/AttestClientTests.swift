@@ -297,10 +297,14 @@ final class AttestClientTests: XCTestCase {
             XCTAssertEqual(rejection.status, 401)
             XCTAssertEqual(rejection.reason, "debug_token_invalid")
         }
-        // A client's own X-Attest-Status is dropped even on pass routes.
+        // In report mode a bad token is forwarded, marked like any failed check.
+        let (reported, _) = try await stranger.data(for: URLRequest("GET", url("/report/x")))
+        XCTAssertEqual(try Echo(reported).header("X-Attest-Status"), ["report_failed:debug_token_invalid"])
+        // A client's own X-Attest-Status is dropped even on pass routes, and the debug header never forwarded.
         var forged = URLRequest("GET", url("/public"))
         forged.setValue("debug", forHTTPHeaderField: "X-Attest-Status")
         let (data, _) = try await stranger.data(for: forged)
         XCTAssertEqual(try Echo(data).header("X-Attest-Status"), ["unverified"])
+        XCTAssertEqual(try Echo(data).header("X-App-Attest-Debug-Token"), [])
     }
 }

@@ -60,6 +60,7 @@ final class ClientEnvironment: @unchecked Sendable {
             routes:
               - { path_prefix: "/secure/", upstream: echo, policy: assert }
               - { path_prefix: "/no-debug/", upstream: echo, policy: assert, allow_debug: false }
+              - { path_prefix: "/report/", upstream: echo, policy: assert, mode: report }
               - { path_prefix: "/fallback/", upstream: echo, policy: assert, fallback: devicecheck }
               - { path_prefix: "/flagged/", upstream: echo, policy: assert, deny_if_bits: { bit1: true } }
               - { path_prefix: "/limited/", upstream: echo, policy: assert, rate_limit: { requests: 1, per_seconds: 60 } }
