@@ -16,9 +16,11 @@ test: deps
 run: deps
 	./scripts/run.sh
 
+# The app's side of the story: AppAttestClient (the iOS package) driven by a simulated iPhone.
 demo:
 	./scripts/release-build.sh
-	.build/release/gateway demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
+	swift build -c release --product app-demo --static-swift-stdlib
+	.build/release/app-demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
 
 clean:
 	rm -rf .build run

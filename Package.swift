@@ -8,9 +8,15 @@ func systemLibrary(_ name: String, pkgConfig: String, apt: String) -> Target {
 
 let package = Package(
     name: "AppAttestGateway",
+    // For the AppAttestClient product; the gateway itself is built on Linux.
+    platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .executable(name: "gateway", targets: ["GatewayCLI"]),
+        // `make demo`: the app's side of the story, played through AppAttestClient by a simulated iPhone.
+        .executable(name: "app-demo", targets: ["AppDemo"]),
         .library(name: "AssertionCheck", targets: ["AssertionCheck"]),
+        // What an iOS app adds: App Attest key lifecycle, signed requests, DeviceCheck fallback, debug tokens.
+        .library(name: "AppAttestClient", targets: ["AppAttestClient"]),
     ],
     targets: [
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
@@ -40,6 +46,11 @@ let package = Package(
             "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
+        // The iOS client: Foundation only (no server module, no OpenSSL), so it builds for iOS and is tested here.
+        .target(name: "AppAttestClient"),
+        // The client's AppAttestService played by DeviceSimulator (tests and demo only, never an app).
+        .target(name: "SimulatedAppAttest", dependencies: ["AppAttestClient", "AssertionCheck", "DeviceSimulator"]),
+        .executableTarget(name: "AppDemo", dependencies: ["AppAttestClient", "SimulatedAppAttest", "DeviceSimulator", "Gateway"]),
 
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
@@ -47,6 +58,9 @@ let package = Package(
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
+        .testTarget(name: "AppAttestClientTests", dependencies: [
+            "AppAttestClient", "SimulatedAppAttest", "AssertionCheck", "DeviceSimulator", "TestSupport",
+        ]),
         .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream", "TestSupport"]),
     ]
 )

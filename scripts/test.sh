@@ -15,6 +15,9 @@ if ! python3 -c 'import cryptography' 2>/dev/null; then
     python3 -m pip install -q --user cryptography 2>/dev/null || python3 -m pip install -q --user --break-system-packages cryptography \
         2>/dev/null || echo "test.sh: could not install Python's cryptography: the JWKS verification test will be skipped"
 fi
+# The iOS client library on its own: it must build without any server module.
+swift build --target AppAttestClient
+./scripts/typecheck-apple-client.sh
 swift build --build-tests
 # XCTest only (the suite has no Swift Testing tests); the last line is the plain "N passed, N failed" summary.
 set +e

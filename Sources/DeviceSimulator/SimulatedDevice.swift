@@ -71,23 +71,32 @@ public final class SimulatedDevice: @unchecked Sendable {
 
     /// Signs the next counter value (the stored counter goes up by one first).
     public func assert(clientData: [UInt8], faults: Set<AssertionFault> = []) throws(SimulatorError) -> [UInt8] {
+        try assert(clientDataHash: SHA256.hash(clientData), faults: faults)
+    }
+
+    /// `generateAssertion(keyId, clientDataHash:)`: signs the next counter value over a hash the app made.
+    public func assert(clientDataHash: [UInt8], faults: Set<AssertionFault> = []) throws(SimulatorError) -> [UInt8] {
         let next = lastCounter.withLock { (value: inout UInt32) -> UInt32? in
             guard value < UInt32.max else { return nil }
             value += 1
             return value
         }
         guard let next else { throw .counterExhausted }
-        return try assert(clientData: clientData, counter: next, faults: faults)
+        return try assert(clientDataHash: clientDataHash, counter: next, faults: faults)
     }
 
     /// Signs with an explicit counter and leaves the device's counter alone (replays, reordering, benchmarks).
     public func assert(clientData: [UInt8], counter: UInt32, faults: Set<AssertionFault> = []) throws(SimulatorError) -> [UInt8] {
+        try assert(clientDataHash: SHA256.hash(clientData), counter: counter, faults: faults)
+    }
+
+    private func assert(clientDataHash: [UInt8], counter: UInt32, faults: Set<AssertionFault>) throws(SimulatorError) -> [UInt8] {
         var authenticatorData = rpIdHash(wrong: faults.contains(.wrongAppID)) + [SimulatedDevice.flags]
             + bigEndian(UInt64(counter), bytes: 4)
         if let extensions { authenticatorData += extensions.cbor.encoded }
         if faults.contains(.trailingBytesAfterAuthenticatorData) { authenticatorData += SimulatedDevice.notCBORMap }
         // Apple signs the nonce with ECDSA-SHA256, so the ECDSA digest is SHA256(nonce).
-        let nonce = SHA256.hash(authenticatorData, SHA256.hash(clientData))
+        let nonce = SHA256.hash(authenticatorData, clientDataHash)
         let signer = faults.contains(.signedByOtherKey) ? try SimKey(curve: .p256) : key
         var signature = try signer.signature(over: nonce)
         if faults.contains(.corruptedSignature) { signature[signature.count - 1] ^= 0x01 }

@@ -78,3 +78,28 @@ final class CommandLineTests: XCTestCase {
         XCTAssertGreaterThan(Int(last.dropFirst("assertions_per_second=".count)) ?? 0, 100)
     }
 }
+
+extension CommandLineTests {
+    func testCheckConfigWarnsAboutDebugTokensOnAProductionOnlyGateway() throws {
+        let directory = TestPaths.temporaryDirectory("debugtokens")
+        let config = { (environments: String) in
+            """
+            app_attest:
+              apps: ["ABCDE12345.com.example.app"]
+              environments: \(environments)
+              debug_tokens: [{ name: ci, sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" }]
+            upstreams: { api: { url: "http://127.0.0.1:9000" } }
+            routes:
+              - { path_prefix: "/", upstream: api, policy: assert, allow_debug: false }
+            """
+        }
+        try config("[production]").write(toFile: directory + "/production.yaml", atomically: true, encoding: .utf8)
+        try config("[production, development]").write(toFile: directory + "/staging.yaml", atomically: true, encoding: .utf8)
+        let (status, output) = try gateway(["check-config", directory + "/production.yaml"])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(output.contains("warning: app_attest.debug_tokens is set on a gateway that accepts production keys only"), output)
+        let (stagingStatus, stagingOutput) = try gateway(["check-config", directory + "/staging.yaml"])
+        XCTAssertEqual(stagingStatus, 0, stagingOutput)
+        XCTAssertFalse(stagingOutput.contains("debug_tokens"), stagingOutput)
+    }
+}

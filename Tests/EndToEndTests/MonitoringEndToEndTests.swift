@@ -22,7 +22,8 @@ final class MonitoringEndToEndTests: XCTestCase {
           devicecheck_url: "\(apple.baseURL)"
           attest_data_url: "\(apple.baseURL)"
         server: { trusted_proxies: ["127.0.0.1", "10.0.0.0/8"] }
-        """)
+        """,
+                                         appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]")
         return (env, apple)
     }
 

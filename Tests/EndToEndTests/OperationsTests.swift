@@ -155,8 +155,9 @@ final class OperationsTests: XCTestCase {
     func testDemoPlaysEveryCaseAgainstARunningGateway() throws {
         let env = try GatewayEnvironment()
         defer { env.stop() }
-        let demo = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: [
-            "demo", "--gateway", env.gateway.baseURL, "--ca", env.directory + "/ca", "--config", env.gateway.configPath,
+        // The story is the app's: AppAttestClient driven by a simulated iPhone (`make demo`).
+        let demo = try ChildProcess(executable: TestPaths.products + "/app-demo", arguments: [
+            "--gateway", env.gateway.baseURL, "--ca", env.directory + "/ca", "--config", env.gateway.configPath,
             "--log", env.directory + "/no-log-file",
         ])
         XCTAssertEqual(demo.waitForExit(timeout: 30), 0, demo.lines.joined(separator: "\n"))

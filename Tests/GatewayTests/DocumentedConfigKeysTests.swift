@@ -32,6 +32,8 @@ final class DocumentedConfigKeysTests: XCTestCase {
         generate.waitUntilExit()
         let config = try GatewayConfig.parse(yaml: try example(), baseDirectory: directory)
         XCTAssertFalse(config.clientAddress.trustedProxies.isEmpty, "the example shows server.trusted_proxies")
+        XCTAssertFalse(config.appAttest.debugTokens.isEmpty, "the example shows every key, debug_tokens included")
+        XCTAssertTrue(config.routes.contains { !$0.allowDebug })
     }
 
     func testEverySectionKeyIsDocumentedInAllThreePlaces() throws {

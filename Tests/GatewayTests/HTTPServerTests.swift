@@ -321,7 +321,8 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(try idle.readResponse().header("Connection"), nil, "kept alive before the drain")
         let busy = try RawHTTPClient(port: server.port)
         try busy.send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
-        XCTAssertTrue(waitUntil { server.inFlightRequests == 1 })
+        // The first request's exchange ends when its last write completes, a moment after the client read it.
+        XCTAssertTrue(waitUntil { handler.requests.count == 2 && server.inFlightRequests == 1 })
         XCTAssertEqual(server.activeConnections, 2)
 
         server.drain()

@@ -18,6 +18,7 @@ enum CheckConfigCommand {
                 print("app_attest.token: signing key \(token.signingKey.file), kid \(token.signingKey.kid)"
                       + (token.previousKey.map { "; previous key \($0.file), kid \($0.kid) (still accepted)" } ?? ""))
             }
+            if let warning = config.debugTokenWarning { print("warning: \(warning)") }
             if let apple = config.apple {
                 if let pem = try? String(contentsOfFile: apple.privateKeyPath, encoding: .utf8) {
                     do { _ = try P256PrivateKey(pem: pem) } catch {

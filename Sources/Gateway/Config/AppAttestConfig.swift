@@ -11,6 +11,8 @@ public struct AppAttestConfig: Sendable {
     public let keyCacheSize: Int
     /// Gateway tokens (`token:`); nil when the section is absent.
     public let token: TokenConfig?
+    /// Secrets (by SHA-256) accepted in place of an assertion, for the Simulator and CI; empty = none.
+    public var debugTokens: [DebugToken] = []
 
     /// Relative trust-anchor paths are resolved against `baseDirectory` (the config file's folder).
     static func read(_ section: ConfigMapping, baseDirectory: String) -> AppAttestConfig {
@@ -21,7 +23,8 @@ public struct AppAttestConfig: Sendable {
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
                                keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000),
-                               token: TokenConfig.read(section.optional("token"), baseDirectory: baseDirectory))
+                               token: TokenConfig.read(section.optional("token"), baseDirectory: baseDirectory),
+                               debugTokens: DebugToken.readAll(section.optional("debug_tokens")))
     }
 
     private static func readApps(_ value: ConfigValue?) -> [AppID] {

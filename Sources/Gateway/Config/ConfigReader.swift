@@ -1,10 +1,14 @@
 /// Collects issues while a configuration is read.
 final class IssueLog {
     private(set) var issues: [ConfigIssue] = []
+    /// Every key path looked up, present or not: the keys the reader knows (docs tests compare them).
+    private(set) var keysRead: Set<String> = []
 
     func report(_ reason: ConfigIssue.Reason, _ path: String, _ message: String, line: Int?) {
         issues.append(ConfigIssue(reason, path: path, message: message, line: line))
     }
+
+    func read(_ path: String) { keysRead.insert(path) }
 }
 
 /// A YAML node read as configuration. Each accessor reports what is wrong and returns nil,
@@ -108,6 +112,7 @@ final class ConfigMapping {
 
     func optional(_ key: String) -> ConfigValue? {
         consumed.insert(key)
+        log.read(childPath(key))
         guard let entry = entries.first(where: { $0.key == key }) else { return nil }
         return ConfigValue(node: entry.value, path: childPath(key), log: log)
     }

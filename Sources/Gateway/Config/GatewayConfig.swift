@@ -69,7 +69,7 @@ public struct GatewayConfig: Sendable {
         return config
     }
 
-    private static func read(_ top: ConfigMapping, baseDirectory: String) -> GatewayConfig {
+    static func read(_ top: ConfigMapping, baseDirectory: String) -> GatewayConfig {
         let listen = readAddress(top, "listen", default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 8080))
         let adminListen = readAddress(top, "admin_listen",
                                       default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 9901))

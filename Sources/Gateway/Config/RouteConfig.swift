@@ -71,6 +71,8 @@ public struct RouteConfig: Sendable, Equatable {
     public let accept: [AcceptedProof]
     /// `token_use:` (routes accepting tokens).
     public let tokenUse: TokenUse
+    /// Whether `app_attest.debug_tokens` are accepted here (assert routes; true unless `allow_debug: false`).
+    public var allowDebug = true
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
@@ -126,10 +128,13 @@ extension RouteConfig {
         let tokenUse = assertOption(route, "token_use", refusal: assertOnly ?? (accept.contains(.token) ? nil : "only valid on routes whose accept lists token")) {
             $0.choice(TokenUse.self)
         } ?? .reusable
+        let allowDebug = assertOption(route, "allow_debug", refusal: assertOnly) { $0.bool() } ?? true
         guard let match, let policy else { return nil }
-        return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
+        var config = RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
                            rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, index: index)
+        config.allowDebug = allowDebug
+        return config
     }
 
     /// `accept: [assertion, token]`: non-empty, no duplicates.

@@ -123,6 +123,9 @@ struct KnownSeries {
             .count("gateway_attest_requests_total", ["route": $0.name, "attest_method": "assertion", "decision": "verified", "reason": ""],
                    by: 0, help: "Assert-route requests by how they proved themselves, decision and reason code.")
         }
+        updates += config.appAttest.debugTokens.map {
+            .count("gateway_debug_requests_total", ["token": $0.name], by: 0, help: "Requests let through on an app_attest.debug_tokens entry.")
+        }
         updates += config.appAttest.environments.map {
             .count("gateway_tokens_minted_total", ["environment": $0.rawValue], by: 0, help: "Gateway tokens minted.")
         }

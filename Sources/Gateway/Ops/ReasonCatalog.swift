@@ -38,7 +38,7 @@ enum ReasonCatalog {
         .deviceTokenMissing, .deviceTokenInvalid(""), .deviceTokenReused, .deviceFlagged(""), .alreadyClaimed, .claimInProgress,
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
         .tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .tokenSigningFailed(""),
-        .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")),
+        .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")), .debugTokenInvalid, .debugTokenRefused,
     ] + VerificationError.Reason.allCases.map { .verification(VerificationError($0, "")) }
 
     /// Answered by the HTTP layer before the handler saw the request (decision `rejected`, route "-").
@@ -75,6 +75,7 @@ enum ReasonCatalog {
         case .badPath, .routeNotFound: return [.unrouted]
         case .bodyTooLarge, .body: return [.anyRoute]
         case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused, .tokenSigningFailed: return [.assertion]
+        case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
         case .challengeUnknown: return [.jsonClientData, .builtin(.attestVerify)]
         case .keyAlreadyRegistered: return [.builtin(.attestVerify)]
         case .methodNotAllowed: return Set([.listedMethods] + allEndpoints.map { .builtin($0) })

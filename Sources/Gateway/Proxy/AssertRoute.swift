@@ -56,6 +56,9 @@ struct AssertRoute {
     }
 
     private func check(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Outcome {
+        if let debug = try DebugTokenGate(tokens: runtime.config.appAttest.debugTokens, metrics: metrics).check(request, route: route, record: record) {
+            return Outcome(identity: debug, pendingClaim: nil)
+        }
         let policy = route.deviceCheck
         let token = request.headers.first(named: DeviceGate.tokenHeader)
         let devices = runtime.apple.map { DeviceGate(apple: $0, store: runtime.store) }

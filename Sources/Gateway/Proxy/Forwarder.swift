@@ -15,6 +15,8 @@ struct Forwarder {
         let riskMetric: Int?
         /// How the request proved itself (`assertion`, `token`, `devicecheck`): `X-Attest-Method`.
         var method: String? = nil
+        /// The `app_attest.debug_tokens` name a `debug` request was let through on.
+        var debugName: String? = nil
     }
 
     /// Answers the client with the upstream's response; returns its status once the relay has ended.
@@ -93,6 +95,7 @@ struct Forwarder {
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
         if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
         if let method = identity.method { headers.append(HTTPField("X-Attest-Method", method)) }
+        if let name = identity.debugName { headers.append(HTTPField("X-Attest-Debug-Name", name)) }
         return headers
     }
 }

@@ -42,6 +42,8 @@ public enum GatewayError: Error, Equatable {
     case tokenRevoked
     case tokenReused
     case tokenSigningFailed(String)
+    case debugTokenInvalid
+    case debugTokenRefused
 
     public var reasonCode: String {
         switch self {
@@ -79,6 +81,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenRevoked: return "token_revoked"
         case .tokenReused: return "token_reused"
         case .tokenSigningFailed: return "token_signing_failed"
+        case .debugTokenInvalid: return "debug_token_invalid"
+        case .debugTokenRefused: return "debug_token_refused"
         }
     }
 
@@ -105,6 +109,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenRevoked: return 403
         case .tokenReused: return 409
         case .tokenSigningFailed: return 503
+        case .debugTokenInvalid: return 401
+        case .debugTokenRefused: return 403
         }
     }
 
@@ -142,6 +148,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenRevoked: return "the key this token was minted for has been revoked"
         case .tokenReused: return "this route accepts a token once and this one was already used; mint a new one"
         case .tokenSigningFailed(let detail): return "the gateway could not sign a token: \(detail)"
+        case .debugTokenInvalid: return "the debug token is not one of this gateway's app_attest.debug_tokens"
+        case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
         }
     }
 

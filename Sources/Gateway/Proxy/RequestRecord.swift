@@ -17,6 +17,8 @@ final class RequestRecord: @unchecked Sendable {
     var attestMethod: String?
     var counter: UInt32?
     var riskMetric: Int?
+    /// The name of the debug token a `debug` request passed on.
+    var debugToken: String?
     var upstreamStatus: Int?
     var status = 0
     var bytesIn = 0
@@ -65,6 +67,7 @@ final class RequestRecord: @unchecked Sendable {
         if let keyId { line.string("key_id", String(keyId.prefix(12))) }
         if let counter { line.int("counter", Int(counter)) }
         if let riskMetric { line.int("risk_metric", riskMetric) }
+        if let debugToken { line.string("debug_token", debugToken) }
         if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
         if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
         line.int("bytes_in", bytesIn)

@@ -105,6 +105,7 @@ final class Server: @unchecked Sendable {
 
     /// Warns loudly about a trust anchor that is not Apple's: such a gateway accepts simulated devices.
     static func announce(_ config: GatewayConfig, log: EventLog) {
+        if let warning = config.debugTokenWarning { log.event(.warn, "debug_tokens_in_production", ["message": warning]) }
         guard !config.appAttest.trustAnchor.isApple else { return }
         log.event(.warn, "trust_anchor_not_apple", [
             "trust_anchor": config.appAttest.trustAnchorFile ?? "?",
