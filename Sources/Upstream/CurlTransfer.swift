@@ -102,11 +102,11 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     /// A fresh exchange's options, before it is added to a multi handle.
-    func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
+    func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget, timeouts: UpstreamTimeouts? = nil) throws(UpstreamError) {
         detach()
         curl_easy_reset(easy)
         errorBuffer[0] = 0
-        try configureTransport(url: url, target: target)
+        try configureTransport(url: url, timeouts: timeouts ?? target.timeouts)
         try configureMessage(request)
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, Unmanaged.passUnretained(self).toOpaque()), CURLOPT_PRIVATE)
     }
@@ -170,13 +170,13 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Options
 
-    private func configureTransport(url: String, target: UpstreamTarget) throws(UpstreamError) {
+    private func configureTransport(url: String, timeouts: UpstreamTimeouts) throws(UpstreamError) {
         try set(CURLOPT_URL, url)
         try set(CURLOPT_PROTOCOLS_STR, "http,https")
         try set(CURLOPT_PROXY, "")  // never a proxy from the environment
         try set(CURLOPT_NOSIGNAL, 1)
-        try set(CURLOPT_CONNECTTIMEOUT_MS, target.connectTimeoutMs)
-        try set(CURLOPT_TIMEOUT_MS, target.timeoutMs)
+        try set(CURLOPT_CONNECTTIMEOUT_MS, timeouts.connectMs)
+        try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
         try set(CURLOPT_TCP_NODELAY, 1)
         try set(CURLOPT_FOLLOWLOCATION, 0)  // redirects go back to the client
         try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))

@@ -113,19 +113,26 @@ public final class UpstreamStream: @unchecked Sendable {
     public let remoteAddress: String?
     private let transfer: CurlTransfer
     private let multi: LoopMulti
+    private let watchdog: Watchdog
     private var ended = false
     private var endCallback: ((UpstreamError?) -> Void)?
     private var result: Result<Void, UpstreamError>?
 
-    fileprivate init(transfer: CurlTransfer, multi: LoopMulti) {
+    fileprivate init(transfer: CurlTransfer, multi: LoopMulti, watchdog: Watchdog) {
         status = transfer.status
         headers = transfer.responseHeaders
         timing = transfer.timing
         remoteAddress = transfer.remoteAddress
         self.transfer = transfer
         self.multi = multi
+        self.watchdog = watchdog
         // Until `relay`, body bytes wait in the transfer (it pauses once 64 KiB do).
         transfer.onDone = { [unowned self] result in finish(result) }
+        watchdog.expired = { [unowned self] in
+            multi.cancel(transfer)
+            finish(.failure(.timeout("no response body byte for \(watchdog.idleMs) ms")))
+        }
+        watchdog.arm(watchdog.idleMs)
     }
 
     /// Hands every body byte to `body` (false: the receiver is full; call `resume()` when it drained),
@@ -135,7 +142,13 @@ public final class UpstreamStream: @unchecked Sendable {
         let early = transfer.takePendingBody()
         var full = false
         if !early.isEmpty { full = !early.withUnsafeBytes { body($0) } }
-        transfer.onBody = body
+        // Every piece restarts the idle clock; while the receiver is full, silence is not the upstream's.
+        transfer.onBody = { [unowned self] bytes in
+            let more = body(bytes)
+            more ? watchdog.arm(watchdog.idleMs) : watchdog.stop()
+            return more
+        }
+        if full { watchdog.stop() }
         if let result {
             finish(result)
         } else if !full {
@@ -150,6 +163,7 @@ public final class UpstreamStream: @unchecked Sendable {
     /// The receiver drained: let curl deliver again.
     public func resume() {
         pausedByReceiver = false
+        if !ended { watchdog.arm(watchdog.idleMs) }
         transfer.resume()
     }
 
@@ -158,13 +172,16 @@ public final class UpstreamStream: @unchecked Sendable {
         guard !ended else { return }
         ended = true
         endCallback = nil
+        watchdog.close()
         multi.cancel(transfer)
     }
 
     private func finish(_ outcome: Result<Void, UpstreamError>) {
         result = outcome
+        watchdog.stop()
         guard let end = endCallback, !ended else { return }
         ended = true
+        watchdog.close()
         endCallback = nil
         if case .success = outcome { multi.checkIn(transfer) }
         switch outcome {
@@ -176,20 +193,33 @@ public final class UpstreamStream: @unchecked Sendable {
 
 extension UpstreamClient {
     /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived.
-    public func open(_ request: UpstreamRequest, on multi: LoopMulti) async throws(UpstreamError) -> UpstreamStream {
+    /// `timeouts` replaces the target's for this exchange (a route's own).
+    public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil) async throws(UpstreamError) -> UpstreamStream {
         try request.validate()
+        let timeouts = timeouts ?? target.timeouts
         let transfer = try multi.checkOut()
-        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target)
+        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts)
+        let watchdog = Watchdog(multi.loop, idleMs: timeouts.idleMs)
         let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
             var waiting = true
+            watchdog.expired = {
+                guard waiting else { return }
+                waiting = false
+                multi.cancel(transfer)
+                watchdog.close()
+                continuation.resume(returning: Unchecked(.failure(.timeout("no response within \(timeouts.firstByteMs) ms"))))
+            }
+            // The connect timeout is curl's; the first byte is awaited from the moment the request is handed over.
+            watchdog.arm(timeouts.connectMs + timeouts.firstByteMs)
             transfer.onHeaders = { [unowned transfer] in
                 guard waiting else { return }
                 waiting = false
-                continuation.resume(returning: Unchecked(.success(UpstreamStream(transfer: transfer, multi: multi))))
+                continuation.resume(returning: Unchecked(.success(UpstreamStream(transfer: transfer, multi: multi, watchdog: watchdog))))
             }
             transfer.onDone = { result in
                 guard waiting else { return }
                 waiting = false
+                watchdog.close()
                 let error: UpstreamError
                 if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
                 continuation.resume(returning: Unchecked(.failure(error)))
@@ -198,9 +228,32 @@ extension UpstreamClient {
                 try multi.add(transfer)
             } catch {
                 waiting = false
+                watchdog.close()
                 continuation.resume(returning: Unchecked(.failure(error)))
             }
         }
         return try opened.value.get()
+    }
+}
+
+/// The first-byte and idle clock of one exchange (curl has neither: only connect and total).
+final class Watchdog {
+    private let timer: LoopTimer
+    let idleMs: Int
+    var expired: (() -> Void)?
+
+    init(_ loop: EventLoop, idleMs: Int) {
+        self.idleMs = idleMs
+        var fire: (() -> Void)?
+        timer = LoopTimer(loop) { fire?() }
+        fire = { [unowned self] in expired?() }
+    }
+
+    func arm(_ milliseconds: Int) { timer.start(milliseconds: milliseconds) }
+    func stop() { timer.stop() }
+
+    func close() {
+        expired = nil
+        timer.close()
     }
 }

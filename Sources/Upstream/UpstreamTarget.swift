@@ -2,25 +2,32 @@
 public struct UpstreamTarget: Sendable, Equatable {
     /// Scheme, authority and optional path prefix, without a trailing slash ("http://127.0.0.1:8081").
     public let baseURL: String
-    public let connectTimeoutMs: Int
-    /// Total time for one exchange, from connect to the last body byte (streams included).
-    public let timeoutMs: Int
+    /// Phase by phase; a route may override them per exchange.
+    public let timeouts: UpstreamTimeouts
+    public var connectTimeoutMs: Int { timeouts.connectMs }
+    /// Total time for one exchange, from connect to the last body byte (0 = none).
+    public var timeoutMs: Int { timeouts.totalMs }
     /// Idle kept-alive connections held for reuse; more concurrent requests still work, but their
     /// connections are closed afterwards.
     public let maxIdleConnections: Int
 
+    /// A total limit that also bounds the first byte and every silence (Apple's APIs, the CLI).
     public init(
         baseURL: String, connectTimeoutMs: Int, timeoutMs: Int, maxIdleConnections: Int = 64
     ) throws(UpstreamError) {
-        guard connectTimeoutMs > 0, timeoutMs > 0 else {
-            throw .invalidTarget("timeouts must be positive (connect \(connectTimeoutMs) ms, total \(timeoutMs) ms)")
-        }
+        guard timeoutMs > 0 else { throw .invalidTarget("the total timeout must be positive, got \(timeoutMs) ms") }
+        try self.init(baseURL: baseURL, timeouts: UpstreamTimeouts(connectMs: connectTimeoutMs, firstByteMs: timeoutMs,
+                                                                   idleMs: timeoutMs, totalMs: timeoutMs),
+                      maxIdleConnections: maxIdleConnections)
+    }
+
+    public init(baseURL: String, timeouts: UpstreamTimeouts, maxIdleConnections: Int = 64) throws(UpstreamError) {
+        try timeouts.validate()
         guard maxIdleConnections >= 0 else {
             throw .invalidTarget("maxIdleConnections must not be negative")
         }
         self.baseURL = try Self.validated(baseURL)
-        self.connectTimeoutMs = connectTimeoutMs
-        self.timeoutMs = timeoutMs
+        self.timeouts = timeouts
         self.maxIdleConnections = maxIdleConnections
     }
 

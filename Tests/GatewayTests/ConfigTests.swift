@@ -1,3 +1,4 @@
+import Upstream
 import HTTPServer
 import AssertionCheck
 import Foundation
@@ -126,7 +127,8 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(config.server, ServerLimits())
         XCTAssertEqual(config.log, LogConfig(level: .info))
         let api = try XCTUnwrap(config.upstream(named: "api"))
-        XCTAssertEqual([api.connectTimeoutMs, api.timeoutMs, api.maxIdleConnections], [2000, 60000, 64])
+        XCTAssertEqual([api.connectTimeoutMs, api.firstByteTimeoutMs, api.idleTimeoutMs, api.timeoutMs, api.maxIdleConnections],
+                       [2000, 60000, 60000, 0, 64], "no total limit by default: streams run on the idle timeout")
         XCTAssertEqual(api.hostHeader, .upstream)
         let route = try XCTUnwrap(config.routes.first)
         XCTAssertEqual(route, RouteConfig(match: .prefix("/"), methods: nil, upstream: "api", policy: .pass, mode: .enforce,
@@ -334,5 +336,26 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(issues("prefix: \"/gw/\"\n" + minimal), [
             #"prefix: expected "" or a path like /gateway (letters, digits, - . _ ~; no trailing /), got "/gw/" (line 1)"#,
         ])
+    }
+}
+
+extension ConfigTests {
+    func testARouteSetsItsOwnUpstreamTimeouts() throws {
+        let config = try GatewayConfig.parse(yaml: """
+        app_attest: { apps: ["ABCDE12345.com.example.app"] }
+        upstreams: { api: { url: "http://127.0.0.1:9", first_byte_timeout_ms: 5000, timeout_ms: 9000 } }
+        routes:
+          - { path: "/chat", upstream: api, policy: pass, idle_timeout_ms: 120000, timeout_ms: 0 }
+          - { path_prefix: "/", upstream: api, policy: pass }
+        """)
+        let base = try XCTUnwrap(config.upstream(named: "api")).timeouts
+        XCTAssertEqual(config.routes[0].timeouts.applied(to: base),
+                       UpstreamTimeouts(connectMs: 2000, firstByteMs: 5000, idleMs: 120_000, totalMs: 0))
+        XCTAssertNil(config.routes[1].timeouts.applied(to: base), "a route without its own uses the upstream's")
+        XCTAssertThrowsError(try GatewayConfig.parse(yaml: """
+        app_attest: { apps: ["ABCDE12345.com.example.app"] }
+        upstreams: { api: { url: "http://127.0.0.1:9" } }
+        routes: [{ path: "/x", upstream: api, policy: pass, idle_timeout_ms: 0 }]
+        """))
     }
 }

@@ -22,9 +22,14 @@ public final class RawHTTPClient {
     private var buffer: [UInt8] = []
     private var isOpen = true
 
-    public init(port: Int, timeoutSeconds: Int = 5) throws {
+    /// `receiveBufferBytes` fixes the socket's receive buffer (no autotuning): a client that does not read
+    /// then holds only that much.
+    public init(port: Int, timeoutSeconds: Int = 5, receiveBufferBytes: Int32? = nil) throws {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw Failure(description: "socket() failed") }
+        if var size = receiveBufferBytes {
+            setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -73,6 +73,8 @@ public struct RouteConfig: Sendable, Equatable {
     public let tokenUse: TokenUse
     /// Whether `app_attest.debug_tokens` are accepted here (assert routes; true unless `allow_debug: false`).
     public var allowDebug = true
+    /// This route's own upstream timeouts, each replacing the upstream's (a long chat stream next to quick calls).
+    public var timeouts = RouteTimeouts()
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
@@ -129,11 +131,13 @@ extension RouteConfig {
             $0.choice(TokenUse.self)
         } ?? .reusable
         let allowDebug = assertOption(route, "allow_debug", refusal: assertOnly) { $0.bool() } ?? true
+        let timeouts = RouteTimeouts.read(route)
         guard let match, let policy else { return nil }
         var config = RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
                            rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, index: index)
         config.allowDebug = allowDebug
+        config.timeouts = timeouts
         return config
     }
 

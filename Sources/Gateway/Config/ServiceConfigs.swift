@@ -1,3 +1,4 @@
+import Upstream
 /// `redis:` — where challenges, counters and attested keys live.
 public struct RedisConfig: Sendable, Equatable {
     public let url: String
@@ -82,8 +83,21 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// Prepended to request paths: "" or "/api" (never ending in "/").
     public let basePath: String
     public let connectTimeoutMs: Int
+    /// Request sent → response headers.
+    public let firstByteTimeoutMs: Int
+    /// Longest silence between body pieces.
+    public let idleTimeoutMs: Int
+    /// The whole exchange; 0 = none.
     public let timeoutMs: Int
     public let hostHeader: HostHeader
+
+    static let connectRange = 1...60_000
+    static let phaseRange = 1...3_600_000
+    static let totalRange = 0...86_400_000
+
+    public var timeouts: UpstreamTimeouts {
+        UpstreamTimeouts(connectMs: connectTimeoutMs, firstByteMs: firstByteTimeoutMs, idleMs: idleTimeoutMs, totalMs: timeoutMs)
+    }
     public let maxIdleConnections: Int
 
     /// The valid upstreams, and every name declared (so routes naming a broken upstream are not reported twice).
@@ -104,8 +118,10 @@ public struct UpstreamConfig: Sendable, Equatable {
         defer { section.finish() }
         let urlValue = section.required("url")
         let url = urlValue?.string()
-        let connectTimeout = section.int("connect_timeout_ms", default: 2000, in: 1...60_000)
-        let timeout = section.int("timeout_ms", default: 60_000, in: 1...3_600_000)
+        let connectTimeout = section.int("connect_timeout_ms", default: 2000, in: connectRange)
+        let firstByte = section.int("first_byte_timeout_ms", default: 60_000, in: phaseRange)
+        let idle = section.int("idle_timeout_ms", default: 60_000, in: phaseRange)
+        let timeout = section.int("timeout_ms", default: 0, in: totalRange)
         let hostHeader = section.choice("host_header", default: HostHeader.upstream)
         let maxIdle = section.int("max_idle_connections", default: 64, in: 0...10_000)
         guard let urlValue, let url else { return nil }
@@ -123,7 +139,8 @@ public struct UpstreamConfig: Sendable, Equatable {
         let basePath = parsed.path.hasSuffix("/") ? String(parsed.path.dropLast()) : parsed.path
         return UpstreamConfig(name: name, url: url, scheme: parsed.scheme, host: parsed.host,
                               port: parsed.port ?? (parsed.scheme == "https" ? 443 : 80), basePath: basePath,
-                              connectTimeoutMs: connectTimeout, timeoutMs: timeout, hostHeader: hostHeader,
+                              connectTimeoutMs: connectTimeout, firstByteTimeoutMs: firstByte, idleTimeoutMs: idle,
+                              timeoutMs: timeout, hostHeader: hostHeader,
                               maxIdleConnections: maxIdle)
     }
 }

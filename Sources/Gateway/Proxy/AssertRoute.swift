@@ -98,7 +98,8 @@ struct AssertRoute {
 
     /// Held for at most the upstream's timeout plus a minute (for Apple's update), should the gateway die.
     private func markInFlight(_ keyId: [UInt8], route: RouteConfig) throws(GatewayError) {
-        let upstreamMs = runtime.upstreams[route.upstream ?? ""]?.client.target.timeoutMs ?? 0
+        let timeouts = runtime.upstreams[route.upstream ?? ""].map { route.timeouts.applied(to: $0.client.target.timeouts) ?? $0.client.target.timeouts }
+        let upstreamMs = timeouts.map { $0.totalMs > 0 ? $0.totalMs : $0.connectMs + $0.firstByteMs } ?? 0
         let marked: Bool
         do {
             marked = try runtime.store.claimInFlight(keyId: keyId, route: route.name, ttlMs: upstreamMs + 60_000)

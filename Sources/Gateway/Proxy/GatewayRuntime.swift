@@ -38,8 +38,8 @@ public final class GatewayRuntime: Sendable {
     static func build(_ config: GatewayConfig, previous: GatewayRuntime? = nil, log: EventLog, metrics: Metrics) throws -> GatewayRuntime {
         var upstreams: [String: UpstreamBinding] = [:]
         for upstream in config.upstreams {
-            let target = try UpstreamTarget(baseURL: upstream.url, connectTimeoutMs: upstream.connectTimeoutMs,
-                                            timeoutMs: upstream.timeoutMs, maxIdleConnections: upstream.maxIdleConnections)
+            let target = try UpstreamTarget(baseURL: upstream.url, timeouts: upstream.timeouts,
+                                            maxIdleConnections: upstream.maxIdleConnections)
             let client = previous?.upstreams[upstream.name].flatMap { $0.client.target == target ? $0.client : nil }
                 ?? UpstreamClient(target: target)
             upstreams[upstream.name] = UpstreamBinding(name: upstream.name, client: client, preserveHost: upstream.hostHeader == .preserve)

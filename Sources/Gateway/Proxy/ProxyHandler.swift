@@ -123,7 +123,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let status: Int
         do {
             status = try await Forwarder(log: log, metrics: metrics)
-                .forward(request, exchange: exchange, multi: multi, to: upstream, identity: outcome.identity, record: record)
+                .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, identity: outcome.identity,
+                         record: record)
         } catch {
             record.decision = "upstream_error"
             await release(assertRoute, outcome, route, record)

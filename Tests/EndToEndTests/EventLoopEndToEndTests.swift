@@ -1,0 +1,92 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// The event-loop core through the real binary: long streams paced by idle rather than total timeouts,
+/// clients that never read, and SIGTERM under keep-alive load.
+final class EventLoopEndToEndTests: XCTestCase {
+    private static let routes = """
+          - { path: "/v1/ai/stream", upstream: api, policy: pass, timeout_ms: 0, idle_timeout_ms: 1000 }
+          - { path: "/bytes", upstream: api, policy: pass, timeout_ms: 0 }
+          - { path: "/slow", upstream: api, policy: pass }
+          - { path_prefix: "/", upstream: echo, policy: pass }
+    """
+
+    private func start(server: String = "") throws -> GatewayEnvironment {
+        let env = try GatewayEnvironment(routes: Self.routes, apple: server.isEmpty ? nil : server)
+        addTeardownBlock { env.stop() }
+        return env
+    }
+
+    func testAStreamLongerThanTheUpstreamsTotalTimeoutRunsOnItsRoutesIdleTimeout() throws {
+        let env = try start()  // the upstream `api` has timeout_ms: 1500
+        let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try client.send("GET /v1/ai/stream?events=8&interval_ms=300 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.text.components(separatedBy: "data: ").count - 1, 9, "8 events and [DONE], over 2.4 s")
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/v1/ai/stream" }
+        XCTAssertEqual(line?["outcome"] as? String, "completed")
+    }
+
+    func testASilentUpstreamIsCutAtTheIdleTimeoutAndTheClientSeesATruncatedBody() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try client.send("GET /v1/ai/stream?events=3&interval_ms=1500 HTTP/1.1\r\nHost: t\r\n\r\n")  // idle_timeout_ms: 1000
+        XCTAssertEqual(try client.readHead().status, 200)
+        XCTAssertNotNil(try client.readChunk())
+        XCTAssertThrowsError(try client.readChunk(), "no final chunk: the break is visible")
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/v1/ai/stream" }
+        XCTAssertEqual(line?["outcome"] as? String, "upstream_aborted")
+        XCTAssertEqual(line?["reason"] as? String, "upstream_timeout")
+    }
+
+    func testAClientThatNeverReadsIsCutOffWithBoundedMemory() throws {
+        let env = try start(server: "server: { send_timeout_ms: 500 }")
+        let rssBefore = try residentKiB(env)
+        // Five: the example upstream (Python, listen backlog 5) drops connections beyond that.
+        let clients = try (0..<5).map { _ in try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10, receiveBufferBytes: 4096) }
+        for client in clients { try client.send("GET /bytes?n=8000000 HTTP/1.1\r\nHost: t\r\n\r\n") }
+        // 5 × 8 MB would be 40 MB if the gateway buffered what the clients do not take.
+        let lines = (0..<40).lazy.compactMap { _ -> [[String: Any]]? in
+            let done = env.gateway.events.filter { $0["path"] as? String == "/bytes" }
+            if done.count == clients.count { return done }
+            usleep(250_000)
+            return nil
+        }.first
+        XCTAssertEqual(lines?.count, clients.count)
+        XCTAssertEqual(Set(lines?.compactMap { $0["outcome"] as? String } ?? []), ["timeout"], "\(lines?.filter { $0["outcome"] as? String != "timeout" } ?? [])")
+        XCTAssertLessThan(try residentKiB(env) - rssBefore, 16 * 1024, "what the gateway held stayed bounded")
+        for line in lines ?? [] { XCTAssertLessThan(line["bytes_out"] as? Int ?? .max, 8_000_000) }
+    }
+
+    func testSigtermUnderKeepAliveLoadFinishesInFlightClosesIdleAndLogsWhatWasSent() throws {
+        let env = try start()
+        let idle = try RawHTTPClient(port: env.gateway.port)
+        try idle.send("GET /a HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try idle.readResponse().status, 200)
+        let busy = try (0..<3).map { _ in try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10) }
+        for client in busy { try client.send("GET /slow?ms=800 HTTP/1.1\r\nHost: t\r\n\r\n") }
+        XCTAssertNotNil(env.gateway.waitForEvent { _ in true })
+        usleep(200_000)  // the slow requests are with the upstream
+        env.gateway.process.signal(SIGTERM)
+
+        XCTAssertTrue(idle.peerClosed(), "an idle keep-alive connection is closed at once")
+        for client in busy {
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 200, "in-flight requests finish")
+            XCTAssertEqual(response.header("Connection"), "close")
+        }
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["event"] as? String == "stopped" })
+        let slow = env.gateway.events.filter { $0["path"] as? String == "/slow" }
+        XCTAssertEqual(slow.count, 3, "one line per response the clients received")
+        XCTAssertEqual(Set(slow.compactMap { $0["outcome"] as? String }), ["completed"])
+        XCTAssertEqual(env.gateway.events.last { $0["event"] as? String == "stopped" }?["abandoned_requests"] as? Int, 0)
+    }
+
+    private func residentKiB(_ env: GatewayEnvironment) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(env.gateway.process.process.processIdentifier)/status", encoding: .utf8)
+        let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+    }
+}
