@@ -18,8 +18,10 @@ final class GatewayEnvironment: @unchecked Sendable {
     private(set) var routes: String
     let challengeTTL: Int
 
-    /// `routes` is the YAML list under `routes:`; `extra` is appended at the top level.
-    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil) throws {
+    /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level,
+    /// `appAttest` inside `app_attest:` (one `key: value` per line, unindented).
+    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil, extra: String = "",
+         appAttest: String = "") throws {
         redis = try RedisTestServer()
         upstream = try ExampleUpstream()
         ca = try TestCA()
@@ -29,7 +31,8 @@ final class GatewayEnvironment: @unchecked Sendable {
         let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
         gateway = try GatewayProcess(directory: directory) { port, admin in
             GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
-                                      routes: routes, challengeTTL: challengeTTL) + (apple.map { "\n" + $0 } ?? "")
+                                      routes: routes, challengeTTL: challengeTTL, appAttest: appAttest)
+                + (apple.map { "\n" + $0 } ?? "") + (extra.isEmpty ? "" : "\n" + extra)
         }
         client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
     }
@@ -49,7 +52,7 @@ final class GatewayEnvironment: @unchecked Sendable {
     }
 
     static func config(port: Int, admin: Int, redisPort: Int, upstreamURL: String, directory: String, routes: String,
-                       challengeTTL: Int) -> String {
+                       challengeTTL: Int, appAttest: String = "") -> String {
         """
         listen: "127.0.0.1:\(port)"
         admin_listen: "127.0.0.1:\(admin)"
@@ -59,6 +62,7 @@ final class GatewayEnvironment: @unchecked Sendable {
           environments: [development, production]
           trust_anchor: "\(directory)/ca/root.pem"
           challenge_ttl_seconds: \(challengeTTL)
+        \(appAttest.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
         upstreams:
           api: { url: "\(upstreamURL)", connect_timeout_ms: 1000, timeout_ms: 1500 }
           echo: { url: "\(upstreamURL)/echo", connect_timeout_ms: 1000, timeout_ms: 1500 }

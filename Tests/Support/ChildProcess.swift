@@ -7,6 +7,8 @@ public final class ChildProcess: @unchecked Sendable {
     public let process = Process()
     private let output = Mutex<[String]>([])
     private let partial = Mutex<String>("")
+    /// Set when the pipe reached end of file: every line the process printed has been collected.
+    private let drained = Mutex<Bool>(false)
     private let outputPipe = Pipe()
 
     public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil) throws {
@@ -19,7 +21,11 @@ public final class ChildProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         outputPipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
             let data = handle.availableData
-            guard let self, !data.isEmpty else { return }
+            guard let self else { return }
+            guard !data.isEmpty else {
+                self.drained.withLock { $0 = true }
+                return
+            }
             self.append(String(decoding: data, as: UTF8.self))
         }
         try process.run()
@@ -53,12 +59,16 @@ public final class ChildProcess: @unchecked Sendable {
 
     public func signal(_ number: Int32) { if process.isRunning { kill(process.processIdentifier, number) } }
 
-    /// Waits for exit up to `timeout` seconds; returns the exit status, nil if still running.
+    /// Waits for exit up to `timeout` seconds; returns the exit status, nil if still running. After an exit
+    /// it also waits (up to 2 s more) for the last output to be read, so `lines` is complete.
     @discardableResult
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning, Date() < deadline { usleep(20_000) }
-        return process.isRunning ? nil : process.terminationStatus
+        guard !process.isRunning else { return nil }
+        let drainDeadline = Date().addingTimeInterval(2)
+        while !drained.withLock({ $0 }), Date() < drainDeadline { usleep(5_000) }
+        return process.terminationStatus
     }
 
     /// SIGTERM, then SIGKILL if it does not go within 5 s.

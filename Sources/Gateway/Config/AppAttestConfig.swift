@@ -9,6 +9,12 @@ public struct AppAttestConfig: Sendable {
     public let trustAnchorFile: String?
     public let challengeTTLSeconds: Int
     public let keyCacheSize: Int
+    /// `challenge_secret_file`, resolved; nil when the secret is shared through Redis.
+    public let challengeSecretFile: String?
+    /// Read from `challengeSecretFile`: the first signs, a second (the previous one) is still accepted.
+    let challengeSecrets: ChallengeSecrets?
+    /// Per client address, on both challenge endpoints; nil = none.
+    public let challengeRateLimit: RateLimit?
 
     /// Relative trust-anchor paths are resolved against `baseDirectory` (the config file's folder).
     static func read(_ section: ConfigMapping, baseDirectory: String) -> AppAttestConfig {
@@ -16,9 +22,12 @@ public struct AppAttestConfig: Sendable {
         let apps = readApps(section.required("apps"))
         let environments = readEnvironments(section.optional("environments")) ?? [.production]
         let (anchor, anchorFile) = readTrustAnchor(section.optional("trust_anchor"), baseDirectory: baseDirectory)
+        let (secretFile, secrets) = ChallengeSecrets.read(section.optional("challenge_secret_file"), baseDirectory: baseDirectory)
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
-                               keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000))
+                               keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000),
+                               challengeSecretFile: secretFile, challengeSecrets: secrets,
+                               challengeRateLimit: section.optional("challenge_rate_limit").flatMap(RouteConfig.readRateLimit))
     }
 
     private static func readApps(_ value: ConfigValue?) -> [AppID] {

@@ -14,6 +14,8 @@ public struct GatewayConfig: Sendable {
     public let appAttest: AppAttestConfig
     /// `server.max_body_bytes` is the default for routes without their own.
     public let server: ServerLimits
+    /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`.
+    public let hardening: RequestHardening
     public let log: LogConfig
     /// In file order.
     public let upstreams: [UpstreamConfig]
@@ -73,17 +75,17 @@ public struct GatewayConfig: Sendable {
         let prefix = readPrefix(top)
         let redis = RedisConfig.read(top.section("redis"))
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
-        let server = readServer(top.section("server"))
+        let (server, hardening) = readServer(top.section("server"))
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
-                                         defaultMaxBody: server.maxBodyBytes)
+                                         defaultMaxBody: server.maxBodyBytes, defaultCaseInsensitive: hardening.caseInsensitiveRoutes)
         let apple = AppleConfig.read(top.optional("apple")?.mapping(), baseDirectory: baseDirectory)
         if apple == nil, let route = routes.first(where: { $0.deviceCheck.usesApple }), let node = top.optional("routes") {
             node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
         }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             appAttest: appAttest, server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {
@@ -112,14 +114,15 @@ public struct GatewayConfig: Sendable {
         return prefix
     }
 
-    private static func readServer(_ section: ConfigMapping) -> ServerLimits {
+    private static func readServer(_ section: ConfigMapping) -> (ServerLimits, RequestHardening) {
         defer { section.finish() }
-        return ServerLimits(
+        let hardening = RequestHardening.read(section)
+        return (ServerLimits(
             connectionLimit: section.int("connection_limit", default: 1024, in: 1...100_000),
             perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...100_000),
             connectionTimeoutSeconds: section.int("connection_timeout_seconds", default: 30, in: 1...3600),
             connectionMemoryLimitBytes: section.int("connection_memory_limit_bytes", default: 32768,
                                                     in: 8192...16 * 1024 * 1024),
-            maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling))
+            maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling)), hardening)
     }
 }

@@ -55,13 +55,15 @@ public struct RouteConfig: Sendable, Equatable {
     public let deviceCheck: DeviceCheckPolicy
     /// Per-key limit on accepted assertions (assert routes); nil = none.
     public let rateLimit: RateLimit?
+    /// `case_insensitive`: the path matches whatever its letters' case (see `Router.fold`).
+    public let caseInsensitive: Bool
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
     public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
                 mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
                 maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), rateLimit: RateLimit? = nil,
-                index: Int = 0) {
+                caseInsensitive: Bool = false, index: Int = 0) {
         self.match = match
         self.methods = methods
         self.upstream = upstream
@@ -72,26 +74,29 @@ public struct RouteConfig: Sendable, Equatable {
         self.maxBodyBytes = maxBodyBytes
         self.deviceCheck = deviceCheck
         self.rateLimit = rateLimit
+        self.caseInsensitive = caseInsensitive
         self.index = index
     }
 }
 
 extension RouteConfig {
-    static func readAll(_ value: ConfigValue?, upstreams: Set<String>, defaultMaxBody: Int) -> [RouteConfig] {
+    static func readAll(_ value: ConfigValue?, upstreams: Set<String>, defaultMaxBody: Int,
+                        defaultCaseInsensitive: Bool = false) -> [RouteConfig] {
         guard let value, let items = value.list() else { return [] }
         guard !items.isEmpty else {
             value.invalid("at least one route is required")
             return []
         }
         let routes = items.enumerated().compactMap { index, item in
-            item.mapping().flatMap { read($0, index: index, upstreams: upstreams, defaultMaxBody: defaultMaxBody) }
+            item.mapping().flatMap { read($0, index: index, upstreams: upstreams, defaultMaxBody: defaultMaxBody,
+                                           defaultCaseInsensitive: defaultCaseInsensitive) }
         }
         reportDuplicates(routes, items: items)
         return routes
     }
 
     private static func read(_ route: ConfigMapping, index: Int, upstreams: Set<String>,
-                             defaultMaxBody: Int) -> RouteConfig? {
+                             defaultMaxBody: Int, defaultCaseInsensitive: Bool) -> RouteConfig? {
         defer { route.finish() }
         let match = readMatch(route)
         let methods = route.optional("methods").flatMap(readMethods)
@@ -104,14 +109,15 @@ extension RouteConfig {
         let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
         let deviceCheck = readDeviceCheck(route, refusal: assertOnly)
         let rateLimit = assertOption(route, "rate_limit", refusal: assertOnly, readRateLimit)
+        let caseInsensitive = route.optional("case_insensitive")?.bool() ?? defaultCaseInsensitive
         guard let match, let policy else { return nil }
         return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
-                           rateLimit: rateLimit, index: index)
+                           rateLimit: rateLimit, caseInsensitive: caseInsensitive, index: index)
     }
 
     /// `rate_limit: { requests: 30, per_seconds: 60 }`, both required.
-    private static func readRateLimit(_ value: ConfigValue) -> RateLimit? {
+    static func readRateLimit(_ value: ConfigValue) -> RateLimit? {
         guard let limit = value.mapping() else { return nil }
         defer { limit.finish() }
         let requests = limit.required("requests")?.int(in: 1...1_000_000)
@@ -214,17 +220,19 @@ extension RouteConfig {
         return read(value)
     }
 
+    /// Case-insensitive routes that fold to the same path are duplicates too.
     private static func reportDuplicates(_ routes: [RouteConfig], items: [ConfigValue]) {
-        var seen: [Match: Int] = [:]
+        var seen: [String: Int] = [:]
         for route in routes {
             let (key, text) = route.match.keyAndPath
-            if let first = seen[route.match] {
+            let identities = [key + " " + text] + (route.caseInsensitive ? [key + " folded " + Router.fold(text)] : [])
+            if let first = identities.lazy.compactMap({ seen[$0] }).first {
                 let item = items[route.index]
                 item.log.report(.duplicateRoute, "\(item.path).\(key)",
                                 "the same \(key) \"\(text)\" as routes[\(first)]",
                                 line: item.node.line)
             } else {
-                seen[route.match] = route.index
+                for identity in identities { seen[identity] = route.index }
             }
         }
     }

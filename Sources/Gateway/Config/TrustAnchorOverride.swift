@@ -6,8 +6,9 @@ extension GatewayConfig {
     func trusting(_ anchor: TrustAnchor, file: String) -> GatewayConfig {
         let attest = AppAttestConfig(apps: appAttest.apps, environments: appAttest.environments, trustAnchor: anchor,
                                      trustAnchorFile: file, challengeTTLSeconds: appAttest.challengeTTLSeconds,
-                                     keyCacheSize: appAttest.keyCacheSize)
+                                     keyCacheSize: appAttest.keyCacheSize, challengeSecretFile: appAttest.challengeSecretFile,
+                                     challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
-                             server: server, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
 }

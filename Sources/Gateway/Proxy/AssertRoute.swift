@@ -65,7 +65,8 @@ struct AssertRoute {
                            pendingClaim: policy.oncePerDevice == nil ? nil : device)
         }
         let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
-                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments)
+                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
+                              challenges: runtime.challenges)
         let passed = try gate.check(request, decodedPath: path, route: route, record: record)
         record.riskMetric = passed.riskMetric
         try checkRisk(passed.riskMetric, policy: policy, record: record)

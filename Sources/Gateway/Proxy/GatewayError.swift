@@ -11,7 +11,13 @@ public enum GatewayError: Error, Equatable {
     case badRequest(String)
     case badPath
     case bodyTooLarge(limit: Int)
-    case challengeUnknown
+    /// Not a challenge this gateway issued (malformed, wrong MAC, or issued for another key id).
+    case challengeInvalid
+    case challengeExpired
+    /// An attestation challenge presented with an assertion, or the other way round.
+    case challengeWrongKind
+    case challengeReused
+    case challengeRateLimited(retryAfterSeconds: Int)
     case keyUnknown
     case keyRevoked
     case keyAlreadyRegistered
@@ -42,7 +48,11 @@ public enum GatewayError: Error, Equatable {
         case .badRequest: return "bad_request"
         case .badPath: return "bad_path"
         case .bodyTooLarge: return "body_too_large"
-        case .challengeUnknown: return "challenge_unknown"
+        case .challengeInvalid: return "challenge_invalid"
+        case .challengeExpired: return "challenge_expired"
+        case .challengeWrongKind: return "challenge_wrong_kind"
+        case .challengeReused: return "challenge_reused"
+        case .challengeRateLimited: return "challenge_rate_limited"
         case .keyUnknown: return "key_unknown"
         case .keyRevoked: return "key_revoked"
         case .keyAlreadyRegistered: return "key_already_registered"
@@ -73,7 +83,7 @@ public enum GatewayError: Error, Equatable {
         case .assertionMissing, .keyUnknown: return 401
         case .badHeader, .badRequest, .badPath: return 400
         case .bodyTooLarge: return 413
-        case .challengeUnknown, .keyAlreadyRegistered: return 409
+        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused, .keyAlreadyRegistered: return 409
         case .keyRevoked, .routeDenied: return 403
         case .routeNotFound: return 404
         case .methodNotAllowed: return 405
@@ -82,7 +92,7 @@ public enum GatewayError: Error, Equatable {
         case .upstreamTimeout: return 504
         case .deviceTokenMissing, .deviceTokenInvalid: return 401
         case .deviceTokenReused, .alreadyClaimed, .claimInProgress: return 409
-        case .rateLimited: return 429
+        case .rateLimited, .challengeRateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
         }
@@ -92,9 +102,13 @@ public enum GatewayError: Error, Equatable {
         switch self {
         case .verification(let error): return error.message
         case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
-        case .badPath: return "the request path is malformed (bad percent escape, encoded slash or dot segment)"
+        case .badPath: return "the request path is malformed (bad percent escape, encoded slash, dot segment or \";\")"
         case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
-        case .challengeUnknown: return "the challenge is unknown, expired or already used; fetch a new one"
+        case .challengeInvalid: return "the challenge was not issued by this gateway, or was issued for another key id; fetch a new one"
+        case .challengeExpired: return "the challenge has expired; fetch a new one"
+        case .challengeWrongKind: return "an attestation challenge was used for an assertion, or the other way round; fetch one from the right endpoint"
+        case .challengeReused: return "the challenge was already used; fetch a new one for every request"
+        case .challengeRateLimited(let seconds): return "too many challenges for this client address; retry in \(seconds) s"
         case .keyUnknown: return "the key id is not registered; attest the key first"
         case .keyRevoked: return "the key has been revoked"
         case .keyAlreadyRegistered: return "this key id is already registered; generate a new key to attest again"
@@ -116,6 +130,14 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
+        }
+    }
+
+    /// The `Retry-After` of a 429.
+    var retryAfterSeconds: Int? {
+        switch self {
+        case .rateLimited(let seconds), .challengeRateLimited(let seconds): return seconds
+        default: return nil
         }
     }
 
@@ -149,7 +171,7 @@ extension GatewayError {
         switch rejection {
         case .keyUnknown: self = .keyUnknown
         case .keyRevoked: self = .keyRevoked
-        case .challengeUnknown: self = .challengeUnknown
+        case .challengeReused: self = .challengeReused
         case .counterNotIncreasing:
             self = .verification(VerificationError(.counterNotIncreasing, "the counter is not above the highest one seen for this key (replay?)"))
         }

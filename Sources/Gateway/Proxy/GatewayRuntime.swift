@@ -18,13 +18,23 @@ public final class GatewayRuntime: Sendable {
     let attestationPolicy: AttestationPolicy
     /// Apple's server APIs, when the config has an `apple:` section.
     let apple: AppleRuntime?
+    /// Issues and checks challenges (StatelessChallenge.swift).
+    let challenges: ChallengeAuthority
+    /// `app_attest.challenge_rate_limit`, when set.
+    let challengeLimiter: ChallengeRateLimiter?
 
-    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?) {
+    private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?,
+                 previous: GatewayRuntime?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
         self.apple = apple
+        challenges = ChallengeAuthority(configured: config.appAttest.challengeSecrets, store: store, previous: previous?.challenges)
+        // Counts survive a reload that keeps the same limit.
+        challengeLimiter = config.appAttest.challengeRateLimit.map { limit in
+            previous?.challengeLimiter.flatMap { $0.limit == limit ? $0 : nil } ?? ChallengeRateLimiter(limit: limit)
+        }
         attestationPolicy = AttestationPolicy(apps: config.appAttest.apps, environments: Set(config.appAttest.environments),
                                               trustAnchor: config.appAttest.trustAnchor)
     }
@@ -54,7 +64,8 @@ public final class GatewayRuntime: Sendable {
                 apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
             }
         }
-        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple)
+        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
+                              previous: previous)
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {

@@ -63,13 +63,14 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
             response.headers.append(HTTPField("X-Request-Id", record.requestId))
             if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
-            if case .rateLimited(let seconds) = error { response.headers.append(HTTPField("Retry-After", String(seconds))) }
+            if let seconds = error.retryAfterSeconds { response.headers.append(HTTPField("Retry-After", String(seconds))) }
             return response
         }
     }
 
     private func route(_ request: HTTPRequest, runtime: GatewayRuntime, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
         guard let path = PathDecoding.decode(request.path) else { throw .badPath }
+        if !runtime.config.hardening.allowPathParameters, PathDecoding.hasPathParameters(path) { throw .badPath }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
@@ -100,7 +101,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         guard let upstream = runtime.upstreams[route.upstream ?? ""] else { throw .routeNotFound }
         let response: HTTPResponse
         do {
-            response = try Forwarder(log: log, metrics: metrics).forward(request, to: upstream, identity: outcome.identity, record: record)
+            response = try Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders).forward(request, to: upstream, identity: outcome.identity, record: record)
         } catch {
             record.decision = "upstream_error"
             throw error
