@@ -76,6 +76,20 @@ final class ReferenceClientTests: XCTestCase {
         XCTAssertEqual(try app.send(guideRequest(app, "POST", "/secure/generate", body: body)).status, 200, "a new challenge works")
     }
 
+    func testVerifyCommandNamesTheRegisteredKeyOfAnAssertionWithoutKeyId() throws {
+        let app = try registeredApp()
+        let clientData = Array("offline check".utf8)
+        let assertion = try app.device.assert(clientData: clientData)
+        let verify = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: [
+            "verify", "assertion", "--assertion-b64", Base64.encode(assertion), "--client-data-b64", Base64.encode(clientData),
+            "--config", env.gateway.configPath, "--app", GatewayEnvironment.app.description, "--previous-counter", "0"])
+        XCTAssertEqual(verify.waitForExit(timeout: 10), 0, verify.lines.joined(separator: "\n"))
+        let line = try XCTUnwrap(verify.lines.last { $0.hasPrefix("{") })
+        let result = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertEqual(result["key_id"] as? String, app.device.keyIdBase64)
+        XCTAssertEqual(result["key_id_source"] as? String, "recovered")
+    }
+
     func testLegacyBodySigningClientWithOnlyXAppAssertion() throws {
         let app = try registeredApp()
         let body = Array(#"{"claim":"promo","at":1}"#.utf8)
@@ -184,6 +198,55 @@ final class ReferenceClientTests: XCTestCase {
             throw TestSupportError("no used_memory in \(text)")
         }
         return bytes
+    }
+}
+
+/// The challenge secret: shared through Redis by replicas without a file, rotated through the file.
+final class ChallengeSecretTests: XCTestCase {
+    func testReplicasOnOneRedisAcceptEachOthersChallenges() throws {
+        let env = try GatewayEnvironment()
+        defer { env.stop() }
+        let replica = try GatewayProcess(directory: TestPaths.temporaryDirectory("replica")) { port, admin in
+            GatewayEnvironment.config(port: port, admin: admin, redisPort: env.redis.port, upstreamURL: env.upstream.baseURL,
+                                      directory: env.directory, routes: GatewayEnvironment.defaultRoutes, challengeTTL: 300)
+        }
+        defer { replica.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let replicaClient = UpstreamClient(target: try UpstreamTarget(baseURL: replica.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
+        let challenge = try Reply(replicaClient.send(UpstreamRequest(method: "GET", pathAndQuery: "/assert/challenge",
+                                                                     headers: [HTTPField("Host", "g")]))).text
+        XCTAssertEqual(try app.send(app.signed("POST", "/secure/x", challenge: challenge)).status, 200)
+        XCTAssertEqual(try Reply(replicaClient.send(app.signed("POST", "/secure/x", challenge: challenge))).error, "challenge_reused",
+                       "spent for every replica")
+    }
+
+    func testRotationThroughTheSecretFile() throws {
+        let directory = TestPaths.temporaryDirectory("rotation")
+        let secretFile = directory + "/challenge-secret"
+        let (old, new) = (String(repeating: "o", count: 40), String(repeating: "n", count: 40))
+        try (old + "\n").write(toFile: secretFile, atomically: true, encoding: .utf8)
+        let env = try GatewayEnvironment(appAttest: "challenge_secret_file: \"\(secretFile)\"")
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let config = try String(contentsOfFile: env.gateway.configPath, encoding: .utf8)
+        func rotate(_ lines: [String]) throws {
+            try lines.joined(separator: "\n").write(toFile: secretFile, atomically: true, encoding: .utf8)
+            let reloads = env.gateway.events.filter { $0["event"] as? String == "config_reloaded" }.count
+            try env.gateway.reload(config)
+            let deadline = Date().addingTimeInterval(5)
+            while env.gateway.events.filter({ $0["event"] as? String == "config_reloaded" }).count == reloads, Date() < deadline { usleep(20_000) }
+        }
+        let signedWithOld = try app.assertChallenge()
+        let alsoOld = try app.assertChallenge()
+        try rotate([new, old])
+        XCTAssertEqual(try app.send(app.signed("POST", "/secure/a", challenge: signedWithOld)).status, 200, "the previous secret still counts")
+        let signedWithNew = try app.assertChallenge()
+        try rotate([new])
+        XCTAssertEqual(try app.send(app.signed("POST", "/secure/b", challenge: signedWithNew)).status, 200)
+        XCTAssertEqual(try app.send(app.signed("POST", "/secure/c", challenge: alsoOld)).error, "challenge_invalid")
+        XCTAssertFalse(env.gateway.process.lines.joined().contains(old), "the secret is never logged")
     }
 }
 
