@@ -1,6 +1,7 @@
 /// HMAC-SHA256 (RFC 2104) over the low-level SHA-256 (see `SHA256`): OpenSSL 3's HMAC() fetches the
-/// algorithm from the provider on every call, which costs more than the MAC of a challenge.
-public struct HMACSHA256: Sendable {
+/// algorithm from the provider on every call, which costs more than the MAC of a challenge. Holds key
+/// material: never printed.
+public struct HMACSHA256: Sendable, CustomStringConvertible, CustomReflectable {
     private let innerPad: [UInt8]
     private let outerPad: [UInt8]
 
@@ -11,6 +12,9 @@ public struct HMACSHA256: Sendable {
         innerPad = block.map { $0 ^ 0x36 }
         outerPad = block.map { $0 ^ 0x5C }
     }
+
+    public var description: String { "HMACSHA256(<redacted>)" }
+    public var customMirror: Mirror { Mirror(self, children: []) }
 
     public func mac(_ message: [UInt8]) -> [UInt8] {
         SHA256.hash(outerPad, SHA256.hash(innerPad, message))

@@ -35,6 +35,8 @@ final class HardeningAndChallengeTests: XCTestCase {
         XCTAssertEqual(use.id.utf8.count, 22, "base64url of the 16 random bytes")
         XCTAssertTrue((300_000...305_000).contains(use.ttlMs), "the remaining lifetime (plus the clock allowance): \(use.ttlMs)")
         XCTAssertFalse(ChallengeCodec.isBound(challenge))
+        XCTAssertEqual(try codec.check(Base64.encode(Array(challenge.utf8)), kind: .assert, keyId: nil, now: now).id, use.id,
+                       "base64 of the challenge's bytes is the same challenge")
     }
 
     func testForgedExpiredAndWrongKindChallengesHaveTheirOwnReasons() throws {

@@ -164,9 +164,10 @@ struct AssertGate {
         return entry
     }
 
-    /// `X-App-Attest-Key-Id`, decoded; nil when the request does not send it.
+    /// `X-App-Attest-Key-Id`, decoded; nil when the request does not send it (or sends it once, empty).
     private func keyIdHeader(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> [UInt8]? {
-        guard request.headers.contains(where: { $0.hasName("X-App-Attest-Key-Id") }) else { return nil }
+        let values = request.headers.filter { $0.hasName("X-App-Attest-Key-Id") }
+        if values.isEmpty || (values.count == 1 && values[0].value.isEmpty) { return nil }
         let text = try header(request, "X-App-Attest-Key-Id")
         record.keyId = text
         guard let keyId = Base64.decode(text), keyId.count == 32 else {

@@ -63,8 +63,12 @@ struct ChallengeCodec: Sendable {
                             ttlMs: Int(min(remainingMs + Int64(Self.clockSkewMs), Int64(ChallengeUse.maxTTLMs))))
     }
 
-    /// The 54 bytes of a well-formed challenge of this version, or nil.
+    /// The 54 bytes of a well-formed challenge of this version, or nil. Clients that treat the challenge as
+    /// bytes and put base64 of them in their client data (96 characters) are understood too.
     private static func decode(_ text: String) -> [UInt8]? {
+        if text.utf8.count == 96, let inner = Base64.decode(text), inner.count == encodedLength {
+            return decode(String(decoding: inner, as: UTF8.self))
+        }
         guard text.utf8.count == encodedLength, let bytes = Base64.decode(text),
               bytes.count == headerBytes + macBytes, bytes[0] == version else { return nil }
         let kind = bytes[1] & ~boundFlag
@@ -72,8 +76,8 @@ struct ChallengeCodec: Sendable {
     }
 }
 
-/// The HMAC keys challenges are made with. Never printed.
-struct ChallengeSecrets: Sendable, CustomStringConvertible {
+/// The HMAC keys challenges are made with. Never printed: `description` and the mirror are redacted.
+struct ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
     static let minimumBytes = 32
 
     let signing: HMACSHA256
@@ -88,6 +92,7 @@ struct ChallengeSecrets: Sendable, CustomStringConvertible {
     }
 
     var description: String { "ChallengeSecrets(<redacted>)" }
+    var customMirror: Mirror { Mirror(self, children: []) }
 }
 
 /// Where a runtime's challenge secrets come from: `app_attest.challenge_secret_file`, or the secret all
