@@ -194,6 +194,26 @@ final class HardeningAndChallengeTests: XCTestCase {
         XCTAssertEqual(Router(routes: [root, RouteConfig(match: .prefix("/v1/ai/"), upstream: "api", policy: .assert, index: 0)])
             .match(method: "POST", path: "/V1/AI/x"), .route(root), "case-sensitive by default")
     }
+
+    /// The docs' tables name every key, reason code and metric these features added.
+    func testDocsNameEveryNewKeyCodeAndMetric() throws {
+        let docs = TestPaths.repository + "/docs/"
+        let configuration = try String(contentsOfFile: docs + "configuration.md", encoding: .utf8)
+        for key in ["challenge_secret_file", "challenge_rate_limit", "allow_path_parameters", "forward_underscore_headers",
+                    "case_insensitive_routes", "`case_insensitive`"] {
+            XCTAssertTrue(configuration.contains(key), "docs/configuration.md lacks \(key)")
+        }
+        let operations = try String(contentsOfFile: docs + "operations.md", encoding: .utf8)
+        let client = try String(contentsOfFile: docs + "client.md", encoding: .utf8)
+        let errors: [GatewayError] = [.challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused,
+                                      .challengeRateLimited(retryAfterSeconds: 1)]
+        for code in errors.map(\.reasonCode) + ["gateway_key_recoveries_total", "aag:challenge-secret"] {
+            XCTAssertTrue(operations.contains("`\(code)`"), "docs/operations.md lacks \(code)")
+        }
+        for code in errors.map(\.reasonCode) {
+            XCTAssertTrue(client.contains("`\(code)`"), "docs/client.md lacks \(code)")
+        }
+    }
 }
 
 private extension UInt8 {
