@@ -17,20 +17,25 @@ let package = Package(
         systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
         systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
         systemLibrary("CHiredis", pkgConfig: "hiredis", apt: "libhiredis-dev"),
-        systemLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: "libmicrohttpd-dev"),
+        systemLibrary("CLibUV", pkgConfig: "libuv", apt: "libuv1-dev"),
+        .systemLibrary(name: "CHTTPParser", providers: [.apt(["libhttp-parser-dev"])]),
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
 
         // Pure verification: attestation, assertion, client-data binding. No I/O, no clock.
         .target(name: "AssertionCheck", dependencies: ["COpenSSL", "CCBOR"]),
         // A fake iPhone and test CA minting Apple-format objects (tests, demo, bench only).
         .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
+        // Event-loop threads (libuv) that are Swift task executors, and a bounded pool for blocking work.
+        .target(name: "EventLoop", dependencies: ["CLibUV"]),
         // libcurl transport to the protected API.
-        .target(name: "Upstream", dependencies: ["CCurl"]),
+        .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
+        // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
+        .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "Upstream"]),
         // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "DeviceSimulator", "Upstream", "CHiredis", "CMicroHTTPD", "CYAML",
+            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream", "CHiredis", "CYAML",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
 
@@ -38,7 +43,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "TestSupport"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
         .testTarget(name: "EndToEndTests", dependencies: ["AssertionCheck", "DeviceSimulator", "Upstream", "TestSupport"]),
     ]

@@ -45,4 +45,20 @@ static inline CURLcode ccurl_msg_result(const CURLMsg *message) {
 static inline CURLMcode ccurl_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }
+static inline CURLMcode ccurl_multi_setopt_pointer(CURLM *handle, CURLMoption option, void *value) {
+    return curl_multi_setopt(handle, option, value);
+}
+static inline CURLMcode ccurl_multi_setopt_socket_callback(CURLM *handle, curl_socket_callback cb) {
+    return curl_multi_setopt(handle, CURLMOPT_SOCKETFUNCTION, cb);
+}
+static inline CURLMcode ccurl_multi_setopt_timer_callback(CURLM *handle, curl_multi_timer_callback cb) {
+    return curl_multi_setopt(handle, CURLMOPT_TIMERFUNCTION, cb);
+}
+static inline CURLcode ccurl_easy_getinfo_pointer(CURL *handle, CURLINFO info, char **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+// Macros Swift cannot import.
+static inline size_t ccurl_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
+static inline int ccurl_pause_cont(void) { return CURLPAUSE_CONT; }
+static inline curl_socket_t ccurl_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
 #endif

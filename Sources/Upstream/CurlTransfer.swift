@@ -4,16 +4,26 @@ import CCurl
 // CurlTransfer and freed in its deinit; the rest of the module sees Swift values and UpstreamError.
 
 /// curl's process-wide setup; Swift runs a global's initialiser exactly once, thread-safely.
-private let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 
-/// One reusable exchange slot: an easy handle driven by a multi handle of its own. The multi handle holds
-/// the connection cache, so the connection outlives each exchange (keep-alive). Driving the multi handle
-/// from the calling thread lets a response stream without a thread per request.
+/// One reusable exchange slot: an easy handle driven either by a multi handle of its own (blocking mode:
+/// the calling thread drives it; Apple's APIs and the CLI) or by its event loop's `LoopMulti` (loop mode:
+/// events arrive as callbacks on the loop). The multi handle holds the connection cache, so the
+/// connection outlives each exchange (keep-alive).
 ///
 /// Used by one thread at a time; `TransferPool` hands ownership from thread to thread.
 final class CurlTransfer: @unchecked Sendable {
-    private let easy: UnsafeMutableRawPointer
-    private let multi: UnsafeMutableRawPointer
+    let easy: UnsafeMutableRawPointer
+    private let multi: UnsafeMutableRawPointer?
+
+    // Loop mode: what the loop's multi handle reports, on the loop's thread.
+    /// The final response's status line and headers are in.
+    var onHeaders: (() -> Void)?
+    /// Body bytes; false pauses the transfer until `resume()`.
+    var onBody: ((UnsafeRawBufferPointer) -> Bool)?
+    /// The exchange ended (cleanly or not).
+    var onDone: ((Result<Void, UpstreamError>) -> Void)?
+    private(set) var paused = false
     private let errorBuffer: UnsafeMutablePointer<CChar>
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var attached = false
@@ -26,27 +36,32 @@ final class CurlTransfer: @unchecked Sendable {
     /// nil while the exchange runs.
     private var outcome: Result<Void, UpstreamError>?
 
-    init() throws(UpstreamError) {
+    /// `ownMulti` false: loop mode, the easy handle is added to a `LoopMulti`.
+    init(ownMulti: Bool = true) throws(UpstreamError) {
         guard curlGlobalInit == CURLE_OK else {
             throw .unavailable("curl_global_init failed: \(String(cString: curl_easy_strerror(curlGlobalInit)))")
         }
         guard let easy = curl_easy_init() else { throw .unavailable("curl_easy_init failed") }
-        guard let multi = curl_multi_init() else {
-            curl_easy_cleanup(easy)
-            throw .unavailable("curl_multi_init failed")
+        var multi: UnsafeMutableRawPointer?
+        if ownMulti {
+            guard let created = curl_multi_init() else {
+                curl_easy_cleanup(easy)
+                throw .unavailable("curl_multi_init failed")
+            }
+            // One cached connection per transfer: the pool's size is then the idle-connection bound.
+            _ = ccurl_multi_setopt_long(created, CURLMOPT_MAXCONNECTS, 1)
+            multi = created
         }
         self.easy = easy
         self.multi = multi
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
-        // One cached connection per transfer: the pool's size is then the idle-connection bound.
-        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1)
     }
 
     deinit {
         detach()
         curl_easy_cleanup(easy)
-        curl_multi_cleanup(multi)  // closes the cached connection
+        if let multi { curl_multi_cleanup(multi) }  // closes the cached connection
         errorBuffer.deallocate()
     }
 
@@ -69,14 +84,37 @@ final class CurlTransfer: @unchecked Sendable {
 
     /// Configures a fresh exchange (keeping the cached connection) and hands it to the multi handle.
     func start(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
+        guard let multi else { throw .unavailable("a loop-mode transfer is started by its LoopMulti") }
+        try prepare(url: url, request: request, target: target)
+        let added = curl_multi_add_handle(multi, easy)
+        guard added == CURLM_OK else { throw .unavailable(Self.describe(added)) }
+        attached = true
+    }
+
+    /// A fresh exchange's options, before it is added to a multi handle.
+    func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
         detach()
         curl_easy_reset(easy)
         errorBuffer[0] = 0
         try configureTransport(url: url, target: target)
         try configureMessage(request)
-        let added = curl_multi_add_handle(multi, easy)
-        guard added == CURLM_OK else { throw .unavailable(Self.describe(added)) }
-        attached = true
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, Unmanaged.passUnretained(self).toOpaque()), CURLOPT_PRIVATE)
+    }
+
+    /// Loop mode: the multi handle finished this exchange.
+    func finished(_ code: CURLcode) {
+        let result: Result<Void, UpstreamError> = code == CURLE_OK ? .success(()) : .failure(error(for: code))
+        outcome = result
+        let done = onDone
+        onDone = nil
+        done?(result)
+    }
+
+    /// Loop mode: lets a paused transfer deliver again (curl may call back from inside this call).
+    func resume() {
+        guard paused else { return }
+        paused = false
+        curl_easy_pause(easy, ccurl_pause_cont())
     }
 
     /// Runs the exchange until the final response's status line and headers are in. A failure after
@@ -103,10 +141,14 @@ final class CurlTransfer: @unchecked Sendable {
     /// Ends the exchange and forgets its state; a finished connection stays in the multi handle's cache,
     /// an unfinished one is closed by curl.
     func detach() {
-        if attached {
+        if attached, let multi {
             _ = curl_multi_remove_handle(multi, easy)
             attached = false
         }
+        paused = false
+        onHeaders = nil
+        onBody = nil
+        onDone = nil
         curl_slist_free_all(headerList)
         headerList = nil
         status = 0
@@ -178,6 +220,7 @@ final class CurlTransfer: @unchecked Sendable {
     /// Lets curl work until `ready` holds or the exchange ends. Every wait is bounded by the transfer's
     /// total timeout, which curl enforces inside perform/poll.
     private func drive(until ready: () -> Bool) {
+        guard let multi else { return fail("a loop-mode transfer is driven by its loop") }
         while outcome == nil, !ready() {
             var running: Int32 = 0
             let performed = curl_multi_perform(multi, &running)
@@ -202,7 +245,7 @@ final class CurlTransfer: @unchecked Sendable {
         outcome = .failure(.unavailable(detail))
     }
 
-    private func error(for code: CURLcode) -> UpstreamError {
+    func error(for code: CURLcode) -> UpstreamError {
         let detail = errorBuffer[0] == 0 ? String(cString: curl_easy_strerror(code)) : String(cString: errorBuffer)
         switch code {
         case CURLE_OPERATION_TIMEDOUT:
@@ -255,13 +298,32 @@ final class CurlTransfer: @unchecked Sendable {
         if code >= 200 {
             status = code
             headersComplete = true
+            onHeaders?()
         } else {
             responseHeaders = []
         }
     }
 
-    fileprivate func receiveBody(_ bytes: UnsafeRawBufferPointer) {
+    /// False: curl pauses the transfer and delivers the same bytes again after `resume()`.
+    fileprivate func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if let onBody {
+            if onBody(bytes) { return true }
+            paused = true
+            return false
+        }
+        // Loop mode before anyone relays the body: a bounded amount waits, then curl pauses.
+        if multi == nil && pendingBody.count >= 64 * 1024 {
+            paused = true
+            return false
+        }
         pendingBody.append(contentsOf: bytes)
+        return true
+    }
+
+    /// Loop mode: body bytes that arrived before anyone took them (read once, by whoever relays the body).
+    func takePendingBody() -> [UInt8] {
+        defer { pendingBody = [] }
+        return pendingBody
     }
 }
 
@@ -274,7 +336,7 @@ private func onHeaderLine(buffer: UnsafeMutablePointer<CChar>?, size: Int, count
 
 private func onBodyBytes(buffer: UnsafeMutablePointer<CChar>?, size: Int, count: Int, context: UnsafeMutableRawPointer?) -> Int {
     guard let context else { return 0 }
-    Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    let accepted = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
         .receiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count))
-    return size * count
+    return accepted ? size * count : ccurl_writefunc_pause()
 }

@@ -17,21 +17,23 @@ final class GatewayEnvironment: @unchecked Sendable {
     let client: UpstreamClient
     private(set) var routes: String
     let challengeTTL: Int
+    /// YAML lines under `app_attest:` (e.g. a `token:` section), indented by the caller.
+    let appAttestExtra: String
 
-    /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level,
-    /// `appAttest` inside `app_attest:` (one `key: value` per line, unindented).
-    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil, extra: String = "",
-         appAttest: String = "") throws {
+    /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level.
+    init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil,
+         appAttestExtra: String = "", extra: String = "") throws {
         redis = try RedisTestServer()
         upstream = try ExampleUpstream()
         ca = try TestCA()
         try ca.save(to: directory + "/ca")
         self.routes = routes
         self.challengeTTL = challengeTTL
+        self.appAttestExtra = appAttestExtra
         let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
         gateway = try GatewayProcess(directory: directory) { port, admin in
             GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
-                                      routes: routes, challengeTTL: challengeTTL, appAttest: appAttest)
+                                      routes: routes, challengeTTL: challengeTTL, appAttestExtra: appAttestExtra)
                 + (apple.map { "\n" + $0 } ?? "") + (extra.isEmpty ? "" : "\n" + extra)
         }
         client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
@@ -48,11 +50,21 @@ final class GatewayEnvironment: @unchecked Sendable {
         self.routes = routes
         try gateway.reload(GatewayEnvironment.config(port: gateway.port, admin: gateway.adminPort, redisPort: redis.port,
                                                      upstreamURL: upstream.baseURL, directory: directory, routes: routes,
-                                                     challengeTTL: challengeTTL))
+                                                     challengeTTL: challengeTTL, appAttestExtra: appAttestExtra))
+    }
+
+    /// Another gateway process with the same configuration, sharing this one's Redis and upstream.
+    func anotherGateway() throws -> GatewayProcess {
+        let (directory, redisPort, upstreamURL, routes, challengeTTL, extra) = (directory, redis.port, upstream.baseURL, routes,
+                                                                               challengeTTL, appAttestExtra)
+        return try GatewayProcess(directory: TestPaths.temporaryDirectory("e2e-peer")) { port, admin in
+            GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
+                                      routes: routes, challengeTTL: challengeTTL, appAttestExtra: extra)
+        }
     }
 
     static func config(port: Int, admin: Int, redisPort: Int, upstreamURL: String, directory: String, routes: String,
-                       challengeTTL: Int, appAttest: String = "") -> String {
+                       challengeTTL: Int, appAttestExtra: String = "") -> String {
         """
         listen: "127.0.0.1:\(port)"
         admin_listen: "127.0.0.1:\(admin)"
@@ -62,7 +74,7 @@ final class GatewayEnvironment: @unchecked Sendable {
           environments: [development, production]
           trust_anchor: "\(directory)/ca/root.pem"
           challenge_ttl_seconds: \(challengeTTL)
-        \(appAttest.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
+        \(appAttestExtra)
         upstreams:
           api: { url: "\(upstreamURL)", connect_timeout_ms: 1000, timeout_ms: 1500 }
           echo: { url: "\(upstreamURL)/echo", connect_timeout_ms: 1000, timeout_ms: 1500 }

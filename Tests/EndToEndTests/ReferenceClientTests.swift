@@ -226,7 +226,7 @@ final class ChallengeSecretTests: XCTestCase {
         let secretFile = directory + "/challenge-secret"
         let (old, new) = (String(repeating: "o", count: 40), String(repeating: "n", count: 40))
         try (old + "\n").write(toFile: secretFile, atomically: true, encoding: .utf8)
-        let env = try GatewayEnvironment(appAttest: "challenge_secret_file: \"\(secretFile)\"")
+        let env = try GatewayEnvironment(appAttestExtra: "  challenge_secret_file: \"\(secretFile)\"")
         defer { env.stop() }
         let app = try env.app()
         XCTAssertEqual(try app.register().status, 200)
@@ -298,7 +298,7 @@ final class RequestHardeningTests: XCTestCase {
     }
 
     func testChallengeRateLimitPerClientAddress() throws {
-        let env = try GatewayEnvironment(routes: Self.routes, appAttest: "challenge_rate_limit: { requests: 3, per_seconds: 3600 }")
+        let env = try GatewayEnvironment(routes: Self.routes, appAttestExtra: "  challenge_rate_limit: { requests: 3, per_seconds: 3600 }")
         defer { env.stop() }
         let statuses = try (0..<4).map { index in try env.request("GET", index % 2 == 0 ? "/assert/challenge" : "/attest/challenge") }
         XCTAssertEqual(statuses.map(\.status), [200, 200, 200, 429])

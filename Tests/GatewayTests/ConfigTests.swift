@@ -1,3 +1,4 @@
+import HTTPServer
 import AssertionCheck
 import Foundation
 import Gateway
@@ -86,8 +87,8 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(config.appAttest.environments, [.production, .development])
         XCTAssertTrue(config.appAttest.trustAnchor.isApple)
         XCTAssertEqual([config.appAttest.challengeTTLSeconds, config.appAttest.keyCacheSize], [120, 500])
-        XCTAssertEqual(config.server, ServerLimits(connectionLimit: 200, perIPConnectionLimit: 20, connectionTimeoutSeconds: 10,
-                                                   connectionMemoryLimitBytes: 32768, maxBodyBytes: 4096))
+        XCTAssertEqual(config.server, ServerLimits(connectionLimit: 200, perIPConnectionLimit: 20, keepaliveTimeoutMs: 10_000,
+                                                   maxHeaderBytes: 32768, maxBodyBytes: 4096))
         XCTAssertEqual(config.log, LogConfig(level: .debug))
 
         let api = try XCTUnwrap(config.upstream(named: "api"))

@@ -7,9 +7,9 @@ public final class ChildProcess: @unchecked Sendable {
     public let process = Process()
     private let output = Mutex<[String]>([])
     private let partial = Mutex<String>("")
-    /// Set when the pipe reached end of file: every line the process printed has been collected.
-    private let drained = Mutex<Bool>(false)
     private let outputPipe = Pipe()
+    /// The pipe reached end of file: every line the process printed is in `lines`.
+    private let drained = Atomic<Bool>(false)
 
     public init(executable: String, arguments: [String], environment: [String: String]? = nil, directory: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: executable)
@@ -23,7 +23,7 @@ public final class ChildProcess: @unchecked Sendable {
             let data = handle.availableData
             guard let self else { return }
             guard !data.isEmpty else {
-                self.drained.withLock { $0 = true }
+                self.drained.store(true, ordering: .releasing)
                 return
             }
             self.append(String(decoding: data, as: UTF8.self))
@@ -59,15 +59,15 @@ public final class ChildProcess: @unchecked Sendable {
 
     public func signal(_ number: Int32) { if process.isRunning { kill(process.processIdentifier, number) } }
 
-    /// Waits for exit up to `timeout` seconds; returns the exit status, nil if still running. After an exit
-    /// it also waits (up to 2 s more) for the last output to be read, so `lines` is complete.
+    /// Waits for exit up to `timeout` seconds; returns the exit status, nil if still running.
     @discardableResult
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning, Date() < deadline { usleep(20_000) }
-        guard !process.isRunning else { return nil }
-        let drainDeadline = Date().addingTimeInterval(2)
-        while !drained.withLock({ $0 }), Date() < drainDeadline { usleep(5_000) }
+        if process.isRunning { return nil }
+        // The exit can be seen before the reader has taken the last output: wait (briefly) for end of file.
+        let drainDeadline = Date().addingTimeInterval(0.25)
+        while !drained.load(ordering: .acquiring), Date() < drainDeadline { usleep(5_000) }
         return process.terminationStatus
     }
 

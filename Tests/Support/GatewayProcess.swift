@@ -11,16 +11,21 @@ public final class GatewayProcess: @unchecked Sendable {
 
     /// `config` receives the listen and admin ports and returns the YAML text.
     public init(directory: String, config: (_ port: Int, _ adminPort: Int) -> String) throws {
-        port = TestPaths.freePort()
-        adminPort = TestPaths.freePort()
         configPath = directory + "/gateway.yaml"
-        try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
-        process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath])
-        guard process.waitForLine(timeout: 15, where: { $0.contains("\"event\":\"listening\"") }) != nil else {
+        for attempt in 1... {
+            let (port, adminPort) = (TestPaths.freePort(), TestPaths.freePort())
+            try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
+            let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath])
+            if process.waitForLine(timeout: 15, where: { $0.contains("\"event\":\"listening\"") }) != nil {
+                (self.port, self.adminPort, self.process) = (port, adminPort, process)
+                return
+            }
             let output = process.lines.joined(separator: "\n")
             process.stop()
-            throw TestSupportError("gateway did not start:\n\(output)")
+            // A free port can be taken by another process (tests run beside other suites) before the gateway binds it.
+            guard attempt < 3, output.contains("Address already in use") else { throw TestSupportError("gateway did not start:\n\(output)") }
         }
+        fatalError("unreachable")
     }
 
     deinit { stop() }

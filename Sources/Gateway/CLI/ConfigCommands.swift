@@ -14,6 +14,10 @@ enum CheckConfigCommand {
             if !config.appAttest.trustAnchor.isApple {
                 print("warning: app_attest.trust_anchor is not Apple's root: simulated devices would be accepted")
             }
+            if let token = config.appAttest.token {
+                print("app_attest.token: signing key \(token.signingKey.file), kid \(token.signingKey.kid)"
+                      + (token.previousKey.map { "; previous key \($0.file), kid \($0.kid) (still accepted)" } ?? ""))
+            }
             if let apple = config.apple {
                 if let pem = try? String(contentsOfFile: apple.privateKeyPath, encoding: .utf8) {
                     do { _ = try P256PrivateKey(pem: pem) } catch {
@@ -84,6 +88,8 @@ enum KeysCommand {
             print(JSONOutput.line(["error": "key_unknown", "message": "no record for this key id"]))
             return 1
         }
+        // The record stops assertions and new tokens; the announcement stops tokens already minted.
+        try store.announceRevocation(keyId: keyId)
         print(JSONOutput.line(["key_id": Base64.encode(keyId), "revoked": true, "reason": reason]))
         return 0
     }

@@ -1,6 +1,8 @@
 import AssertionCheck
 import Dispatch
+import EventLoop
 import Foundation
+import HTTPServer
 import Synchronization
 import Upstream
 
@@ -14,7 +16,10 @@ enum DemoAppleCommand {
         try options.rejectUnknown()
         guard let pem = try? String(contentsOfFile: keyFile, encoding: .utf8) else { throw UsageError("cannot read \(keyFile)") }
         let handler = DemoAppleHandler(publicKey: try P256PrivateKey(pem: pem).publicKey)
-        let server = try MHDServer(address: listen, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 64 * 1024), handler: handler)
+        let loop = try EventLoop(name: "demo-apple")
+        loop.start()
+        let server = try HTTPServer(address: listen, limits: ServerLimits(workers: 1, connectionLimit: 64, maxBodyBytes: 64 * 1024),
+                                    handler: handler, loops: [loop])
         let host = listen.split(separator: ":").dropLast().joined(separator: ":")
         FileHandle.standardOutput.write(Data("demo Apple stand-in listening on http://\(host):\(server.port)\n".utf8))
         let stop = DispatchSemaphore(value: 0)
@@ -27,12 +32,13 @@ enum DemoAppleCommand {
         }
         stop.wait()
         sources.forEach { $0.cancel() }
-        server.stop()
+        server.closeAll()
+        loop.stop()
         return 0
     }
 }
 
-final class DemoAppleHandler: HTTPHandler, @unchecked Sendable {
+final class DemoAppleHandler: WholeRequestHandler, @unchecked Sendable {
     private let publicKey: P256PublicKey
     private let bits = Mutex<[String: (bit0: Bool, bit1: Bool)]>([:])
 
@@ -40,7 +46,9 @@ final class DemoAppleHandler: HTTPHandler, @unchecked Sendable {
         self.publicKey = publicKey
     }
 
-    func handle(_ request: HTTPRequest) -> HTTPResponse {
+    func maxBodyBytes(for head: RequestHead) -> Int { 64 * 1024 }
+
+    func respond(to request: HTTPRequest) async -> HTTPResponse {
         let authorization = request.headers.first(named: "Authorization") ?? ""
         let token = authorization.hasPrefix("Bearer ") ? String(authorization.dropFirst(7)) : authorization
         guard request.method == "POST", isSigned(token) else { return text(401, "Unable to verify authorization token") }

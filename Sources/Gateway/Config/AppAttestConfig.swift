@@ -15,6 +15,8 @@ public struct AppAttestConfig: Sendable {
     let challengeSecrets: ChallengeSecrets?
     /// Per client address, on both challenge endpoints; nil = none.
     public let challengeRateLimit: RateLimit?
+    /// Gateway tokens (`token:`); nil when the section is absent.
+    public let token: TokenConfig?
 
     /// Relative trust-anchor paths are resolved against `baseDirectory` (the config file's folder).
     static func read(_ section: ConfigMapping, baseDirectory: String) -> AppAttestConfig {
@@ -27,7 +29,8 @@ public struct AppAttestConfig: Sendable {
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
                                keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000),
                                challengeSecretFile: secretFile, challengeSecrets: secrets,
-                               challengeRateLimit: section.optional("challenge_rate_limit").flatMap(RouteConfig.readRateLimit))
+                               challengeRateLimit: section.optional("challenge_rate_limit").flatMap(RouteConfig.readRateLimit),
+                               token: TokenConfig.read(section.optional("token"), baseDirectory: baseDirectory))
     }
 
     private static func readApps(_ value: ConfigValue?) -> [AppID] {

@@ -1,3 +1,4 @@
+import HTTPServer
 import Foundation
 
 /// The gateway's YAML configuration, validated and typed. Only `app_attest.apps`, `upstreams` and `routes`
@@ -84,6 +85,9 @@ public struct GatewayConfig: Sendable {
         if apple == nil, let route = routes.first(where: { $0.deviceCheck.usesApple }), let node = top.optional("routes") {
             node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
         }
+        if appAttest.token == nil, let route = routes.first(where: { $0.accept.contains(.token) }), let node = top.optional("routes") {
+            node.invalid("routes[\(route.index)] accepts tokens, which need an app_attest.token section (signing_key_file)")
+        }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
                              appAttest: appAttest, server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }
@@ -117,12 +121,24 @@ public struct GatewayConfig: Sendable {
     private static func readServer(_ section: ConfigMapping) -> (ServerLimits, RequestHardening) {
         defer { section.finish() }
         let hardening = RequestHardening.read(section)
+        // Keys of the thread-per-connection server, still read so existing files keep working: an idle
+        // timeout in seconds and the per-connection memory that bounded the head.
+        let legacyIdle = section.optional("connection_timeout_seconds").map { _ in
+            section.int("connection_timeout_seconds", default: 30, in: 1...3600) * 1000
+        }
+        let legacyHead = section.optional("connection_memory_limit_bytes").map { _ in
+            section.int("connection_memory_limit_bytes", default: 32768, in: 8192...16 * 1024 * 1024)
+        }
         return (ServerLimits(
-            connectionLimit: section.int("connection_limit", default: 1024, in: 1...100_000),
-            perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...100_000),
-            connectionTimeoutSeconds: section.int("connection_timeout_seconds", default: 30, in: 1...3600),
-            connectionMemoryLimitBytes: section.int("connection_memory_limit_bytes", default: 32768,
-                                                    in: 8192...16 * 1024 * 1024),
-            maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling)), hardening)
+            workers: section.int("workers", default: ServerLimits.defaultWorkers, in: 1...256),
+            connectionLimit: section.int("connection_limit", default: 10_000, in: 1...1_000_000),
+            perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...1_000_000),
+            headerTimeoutMs: section.int("header_timeout_ms", default: 10_000, in: 100...600_000),
+            bodyTimeoutMs: section.int("body_timeout_ms", default: 30_000, in: 100...3_600_000),
+            keepaliveTimeoutMs: section.int("keepalive_timeout_ms", default: legacyIdle ?? 30_000, in: 100...3_600_000),
+            sendTimeoutMs: section.int("send_timeout_ms", default: 30_000, in: 100...3_600_000),
+            maxHeaderBytes: section.int("max_header_bytes", default: legacyHead ?? 32_768, in: 1024...16 * 1024 * 1024),
+            maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling),
+            maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824)), hardening)
     }
 }

@@ -20,6 +20,18 @@ public enum ClientDataSource: String, CaseIterable, Sendable {
     case body
 }
 
+/// What an `assert` route accepts as proof (`accept:`): App Attest assertions, gateway tokens, or both.
+public enum AcceptedProof: String, CaseIterable, Sendable {
+    case assertion
+    case token
+}
+
+/// `token_use:` on a route that accepts tokens: any number of times until `exp`, or once.
+public enum TokenUse: String, CaseIterable, Sendable {
+    case reusable
+    case limited
+}
+
 /// `rate_limit:` on an assert route: at most `requests` accepted assertions per app key in each
 /// `perSeconds`-long window (a fixed window that starts with the key's first request in it).
 public struct RateLimit: Sendable, Equatable {
@@ -57,13 +69,17 @@ public struct RouteConfig: Sendable, Equatable {
     public let rateLimit: RateLimit?
     /// `case_insensitive`: the path matches whatever its letters' case (see `Router.fold`).
     public let caseInsensitive: Bool
+    /// `accept:` (assert routes): `[assertion]` unless the route also takes gateway tokens.
+    public let accept: [AcceptedProof]
+    /// `token_use:` (routes accepting tokens).
+    public let tokenUse: TokenUse
     /// Position in `routes:` (0-based), to name the route in logs.
     public let index: Int
 
     public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
                 mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
                 maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), rateLimit: RateLimit? = nil,
-                caseInsensitive: Bool = false, index: Int = 0) {
+                accept: [AcceptedProof] = [.assertion], tokenUse: TokenUse = .reusable, caseInsensitive: Bool = false, index: Int = 0) {
         self.match = match
         self.methods = methods
         self.upstream = upstream
@@ -75,6 +91,8 @@ public struct RouteConfig: Sendable, Equatable {
         self.deviceCheck = deviceCheck
         self.rateLimit = rateLimit
         self.caseInsensitive = caseInsensitive
+        self.accept = accept
+        self.tokenUse = tokenUse
         self.index = index
     }
 }
@@ -109,11 +127,30 @@ extension RouteConfig {
         let maxBody = route.int("max_body_bytes", default: defaultMaxBody, in: 0...GatewayConfig.maxBodyCeiling)
         let deviceCheck = readDeviceCheck(route, refusal: assertOnly)
         let rateLimit = assertOption(route, "rate_limit", refusal: assertOnly, readRateLimit)
+        let accept = assertOption(route, "accept", refusal: assertOnly, readAccept) ?? [.assertion]
+        let tokenUse = assertOption(route, "token_use", refusal: assertOnly ?? (accept.contains(.token) ? nil : "only valid on routes whose accept lists token")) {
+            $0.choice(TokenUse.self)
+        } ?? .reusable
         let caseInsensitive = route.optional("case_insensitive")?.bool() ?? defaultCaseInsensitive
         guard let match, let policy else { return nil }
         return RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
-                           rateLimit: rateLimit, caseInsensitive: caseInsensitive, index: index)
+                           rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, caseInsensitive: caseInsensitive, index: index)
+    }
+
+    /// `accept: [assertion, token]`: non-empty, no duplicates.
+    private static func readAccept(_ value: ConfigValue) -> [AcceptedProof]? {
+        guard let items = value.list() else { return nil }
+        guard !items.isEmpty else {
+            value.invalid("must list assertion, token or both (leave the key out for [assertion])")
+            return nil
+        }
+        var accepted: [AcceptedProof] = []
+        for item in items {
+            guard let proof = item.choice(AcceptedProof.self) else { continue }
+            if accepted.contains(proof) { item.invalid("\(proof.rawValue) is listed twice") } else { accepted.append(proof) }
+        }
+        return accepted.isEmpty ? nil : accepted
     }
 
     /// `rate_limit: { requests: 30, per_seconds: 60 }`, both required.

@@ -7,7 +7,8 @@ extension GatewayConfig {
         let attest = AppAttestConfig(apps: appAttest.apps, environments: appAttest.environments, trustAnchor: anchor,
                                      trustAnchorFile: file, challengeTTLSeconds: appAttest.challengeTTLSeconds,
                                      keyCacheSize: appAttest.keyCacheSize, challengeSecretFile: appAttest.challengeSecretFile,
-                                     challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit)
+                                     challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit,
+                                     token: appAttest.token)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
                              server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
     }

@@ -1,22 +1,26 @@
+import EventLoop
 import Foundation
+import HTTPServer
 import Synchronization
 import Upstream
 
 /// The admin listener: /healthz (process up), /readyz (Redis reachable), /metrics (Prometheus text).
 /// Kept off the public port so probes and scrapes never compete with, or leak to, API clients.
-final class AdminHandler: HTTPHandler, @unchecked Sendable {
+final class AdminHandler: WholeRequestHandler, @unchecked Sendable {
     private let proxy: ProxyHandler
     /// The public listener, for its connection gauges.
-    private let listener: MHDServer
+    private let listener: HTTPServer
     /// Set when SIGTERM starts the drain: /readyz then says 503 so load balancers stop sending.
     let draining = Atomic<Bool>(false)
 
-    init(proxy: ProxyHandler, listener: MHDServer) {
+    init(proxy: ProxyHandler, listener: HTTPServer) {
         self.proxy = proxy
         self.listener = listener
     }
 
-    func handle(_ request: HTTPRequest) -> HTTPResponse {
+    func maxBodyBytes(for head: RequestHead) -> Int { 0 }
+
+    func respond(to request: HTTPRequest) async -> HTTPResponse {
         guard request.method == "GET" || request.method == "HEAD" else {
             return HTTPResponse.error(status: 405, reason: "method_not_allowed", message: "admin endpoints accept GET")
         }
@@ -27,7 +31,8 @@ final class AdminHandler: HTTPHandler, @unchecked Sendable {
             if draining.load(ordering: .relaxed) {
                 return HTTPResponse.error(status: 503, reason: "draining", message: "the gateway is shutting down")
             }
-            return proxy.runtime.store.ping() ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
+            let store = proxy.runtime.store
+            return await proxy.blocking.run({ store.ping() }) ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
         case "/metrics":
             let gauges = [
                 (name: "gateway_key_cache_entries", help: "Public keys cached in process.", value: Double(proxy.keyCache.count)),

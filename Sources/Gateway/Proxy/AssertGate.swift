@@ -1,3 +1,4 @@
+import HTTPServer
 import AssertionCheck
 import Foundation
 
@@ -18,6 +19,9 @@ struct AssertGate {
         let counter: UInt32
         /// The receipt risk metric stored for the key, once a receipt refresh brought one.
         let riskMetric: Int?
+        /// The key's App ID and environment, as registered (what a minted token names).
+        let appID: AppID
+        let environment: AppAttestEnvironment
 
         /// The upstream sees one spelling of the key id whatever base64 flavour the client used.
         var keyIdBase64: String { Base64.encode(keyId) }
@@ -80,7 +84,7 @@ struct AssertGate {
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
         let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: use, counter: verified.counter,
                                     route: route)
-        return Passed(keyId: keyId, counter: verified.counter, riskMetric: riskMetric)
+        return Passed(keyId: keyId, counter: verified.counter, riskMetric: riskMetric, appID: key.appID, environment: key.environment)
     }
 
     /// Answers the key's stored risk metric.

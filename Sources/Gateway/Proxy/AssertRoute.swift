@@ -1,3 +1,4 @@
+import HTTPServer
 import AssertionCheck
 
 /// What an `assert` route decides before forwarding: an App Attest assertion (or, on `fallback:
@@ -61,13 +62,11 @@ struct AssertRoute {
         if policy.fallback, !AssertRoute.carriesAssertion(request), let token, let devices {
             let device = try devices.authenticate(token: token, policy: policy)
             record.decision = "devicecheck"
-            return Outcome(identity: Forwarder.Identity(status: "devicecheck", keyId: nil, riskMetric: nil),
+            record.attestMethod = "devicecheck"
+            return Outcome(identity: Forwarder.Identity(status: "devicecheck", keyId: nil, riskMetric: nil, method: "devicecheck"),
                            pendingClaim: policy.oncePerDevice == nil ? nil : device)
         }
-        let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
-                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
-                              challenges: runtime.challenges)
-        let passed = try gate.check(request, decodedPath: path, route: route, record: record)
+        let passed = try prove(request, path: path, route: route, record: record)
         record.riskMetric = passed.riskMetric
         try checkRisk(passed.riskMetric, policy: policy, record: record)
         var claim: DeviceGate.Device?
@@ -89,7 +88,8 @@ struct AssertRoute {
             }
         }
         record.decision = "verified"
-        return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyIdBase64, riskMetric: passed.riskMetric),
+        return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyIdBase64, riskMetric: passed.riskMetric,
+                                                    method: passed.method),
                        pendingClaim: claim, inFlight: inFlight)
     }
 
@@ -112,7 +112,8 @@ struct AssertRoute {
         record.reason = "risk_above_limit"
     }
 
+    /// A gateway token counts: the fallback is for apps without App Attest, not for a token that failed.
     private static func carriesAssertion(_ request: HTTPRequest) -> Bool {
-        ["X-App-Attest-Key-Id", "X-App-Attest-Assertion", "X-App-Assertion"].contains { request.headers.first(named: $0) != nil }
+        carriesAssertionHeaders(request) || request.headers.first(named: GatewayTokens.header) != nil
     }
 }

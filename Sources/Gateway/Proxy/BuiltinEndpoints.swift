@@ -1,3 +1,4 @@
+import HTTPServer
 import AppleServices
 import AssertionCheck
 import Foundation
@@ -8,6 +9,8 @@ import Upstream
 ///   POST {prefix}/attest/verify               → {"key_id","attestation","challenge"} registers the key
 ///   GET  {prefix}/assert/challenge[?key_id=]  → text/plain challenge for the next assertion (of that key)
 ///   POST {prefix}/verify-device               → {"device_token"} checked with Apple, answers the two bits
+///   POST {prefix}/assert/token                → a signed request exchanged for a gateway token (TokenEndpoints.swift)
+///   GET  {prefix}/.well-known/jwks.json       → the token signing keys
 struct BuiltinEndpoints {
     /// A registration carries a base64 attestation (≤ 64 KiB raw) and two short fields.
     static let registrationBodyLimit = 128 * 1024
@@ -21,14 +24,17 @@ struct BuiltinEndpoints {
         case attestVerify = "/attest/verify"
         case assertChallenge = "/assert/challenge"
         case verifyDevice = "/verify-device"
+        case assertToken = "/assert/token"
+        case jwks = "/.well-known/jwks.json"
 
-        var method: String { self == .attestVerify || self == .verifyDevice ? "POST" : "GET" }
+        var method: String { [.attestVerify, .verifyDevice, .assertToken].contains(self) ? "POST" : "GET" }
 
         var maxBodyBytes: Int {
             switch self {
             case .attestVerify: return BuiltinEndpoints.registrationBodyLimit
             case .verifyDevice: return 32 * 1024
-            case .attestChallenge, .assertChallenge: return 0
+            case .assertToken: return BuiltinEndpoints.tokenRequestBodyLimit
+            case .attestChallenge, .assertChallenge, .jwks: return 0
             }
         }
     }
@@ -37,7 +43,9 @@ struct BuiltinEndpoints {
     func endpoint(for path: String) -> Endpoint? {
         guard path.hasPrefix(runtime.config.prefix),
               let endpoint = Endpoint(rawValue: String(path.dropFirst(runtime.config.prefix.count))) else { return nil }
-        return endpoint == .verifyDevice && runtime.apple == nil ? nil : endpoint
+        if endpoint == .verifyDevice, runtime.apple == nil { return nil }
+        if endpoint == .assertToken || endpoint == .jwks, runtime.tokens == nil { return nil }
+        return endpoint
     }
 
     func handle(_ endpoint: Endpoint, _ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
@@ -53,6 +61,10 @@ struct BuiltinEndpoints {
             return try register(request, record: record)
         case .verifyDevice:
             return try verifyDevice(request)
+        case .assertToken:
+            return try mintToken(request, record: record)
+        case .jwks:
+            return try jwks()
         }
     }
 

@@ -1,12 +1,11 @@
+import EventLoop
 import Foundation
+import HTTPServer
 import Upstream
 
-/// Sends a request on to its upstream and relays the answer, streaming it when it is long or open-ended.
+/// Sends a request on to its upstream on the connection's own loop (curl's multi handle of that loop) and
+/// relays the answer as it arrives, paced by the client: curl is paused while the client's side is full.
 struct Forwarder {
-    /// Bodies up to this size that announce their length are relayed whole (with Content-Length);
-    /// anything else is streamed chunk by chunk as it arrives.
-    static let bufferedBodyLimit = 64 * 1024
-
     let log: EventLog
     let metrics: Metrics
     /// `server.forward_underscore_headers`.
@@ -16,43 +15,65 @@ struct Forwarder {
         let status: String
         let keyId: String?
         let riskMetric: Int?
+        /// How the request proved itself (`assertion`, `token`, `devicecheck`): `X-Attest-Method`.
+        var method: String? = nil
     }
 
-    func forward(_ request: HTTPRequest, to upstream: UpstreamBinding, identity: Identity, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+    /// Answers the client with the upstream's response; returns its status once the relay has ended.
+    func forward(_ request: HTTPRequest, exchange: HTTPExchange, multi: LoopMulti, to upstream: UpstreamBinding,
+                 identity: Identity, record: RequestRecord) async throws(GatewayError) -> Int {
         let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
-        let response: UpstreamResponse
+        let stream: UpstreamStream
         do {
-            response = try upstream.client.send(outgoing)
+            stream = try await upstream.client.open(outgoing, on: multi)
         } catch {
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
                               help: "Upstream requests that failed before a response.")
             throw GatewayError(error)
         }
-        record.upstreamStatus = response.status
+        record.upstreamStatus = stream.status
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
-        let headers = ForwardingRules.responseHeaders(response.headers).filter { !$0.hasName("X-Request-Id") }
+        let headers = ForwardingRules.responseHeaders(stream.headers).filter { !$0.hasName("X-Request-Id") }
             + [HTTPField("X-Request-Id", record.requestId)]
-        let noBody = request.method == "HEAD" || response.status == 204 || response.status == 304
-        if noBody || (response.headers.values(named: "Content-Length").first.flatMap { Int($0) }.map { $0 <= Forwarder.bufferedBodyLimit } ?? false) {
-            let body: [UInt8]
-            do {
-                body = noBody ? [] : try response.readAll(limit: Forwarder.bufferedBodyLimit)
-            } catch {
-                throw GatewayError(error)
+        // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
+        let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
+        exchange.startResponse(status: stream.status, headers: headers, contentLength: length)
+        await relay(stream, to: exchange, record: record)
+        record.upstreamMs = RequestRecord.milliseconds(since: start)
+        return stream.status
+    }
+
+    /// Body bytes go to the client as curl delivers them; when the client's buffer is full curl pauses,
+    /// and resumes when it drained. A client that leaves cancels the upstream exchange.
+    private func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            var done = false
+            let finish = {
+                guard !done else { return }
+                done = true
+                exchange.onWritable = nil
+                exchange.onClientGone = nil
+                continuation.resume()
             }
-            response.finish()
-            record.upstreamMs = RequestRecord.milliseconds(since: start)
-            record.bytesOut = body.count
-            return HTTPResponse(status: response.status, headers: headers, body: .bytes(body))
+            exchange.onWritable = { stream.resume() }
+            exchange.onClientGone = {
+                stream.cancel()
+                finish()
+            }
+            stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
+                if let error {
+                    record.reason = error.reasonCode
+                    exchange.abort(.upstreamAborted)
+                } else {
+                    exchange.endResponse()
+                }
+                finish()
+            })
         }
-        return HTTPResponse(status: response.status, headers: headers,
-                            body: .stream(RelayedBody(response: response, record: record, upstreamStart: start, finish: { [log, metrics] in
-                                record.finish(log: log, metrics: metrics)
-                            })))
     }
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
@@ -72,38 +93,7 @@ struct Forwarder {
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }
         if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
+        if let method = identity.method { headers.append(HTTPField("X-Attest-Method", method)) }
         return headers
-    }
-}
-
-/// An upstream body relayed to the client as it arrives; the request is logged when it closes.
-final class RelayedBody: HTTPBodyStream {
-    private let response: UpstreamResponse
-    private let record: RequestRecord
-    private let upstreamStart: UInt64
-    private let finish: () -> Void
-
-    init(response: UpstreamResponse, record: RequestRecord, upstreamStart: UInt64, finish: @escaping () -> Void) {
-        self.response = response
-        self.record = record
-        self.upstreamStart = upstreamStart
-        self.finish = finish
-    }
-
-    func nextChunk() throws -> [UInt8]? {
-        do {
-            guard let chunk = try response.readBody() else { return nil }
-            record.bytesOut += chunk.count
-            return chunk
-        } catch {
-            record.reason = error.reasonCode
-            throw error
-        }
-    }
-
-    func close() {
-        response.finish()
-        record.upstreamMs = RequestRecord.milliseconds(since: upstreamStart)
-        finish()
     }
 }

@@ -7,7 +7,7 @@ enum ForwardingRules {
     static let gatewayPrefix = "x-attest-"
     /// App Attest request headers (and any other `x-app-attest-*`): consumed here, never forwarded.
     static let appAttestHeaders: Set<String> = [
-        "x-app-attest-key-id", "x-app-attest-assertion", "x-app-attest-client-data", "x-app-assertion",
+        "x-app-attest-key-id", "x-app-attest-assertion", "x-app-attest-client-data", "x-app-assertion", "x-app-attest-token",
     ]
     /// RFC 9110 §7.6.1 hop-by-hop headers, plus framing the transport recomputes.
     static let hopByHop: Set<String> = [

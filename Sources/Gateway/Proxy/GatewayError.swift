@@ -1,5 +1,6 @@
 import AppleServices
 import AssertionCheck
+import HTTPServer
 import Upstream
 
 /// Every way a request can end early. The one place where a reason becomes an HTTP status: the error
@@ -11,6 +12,9 @@ public enum GatewayError: Error, Equatable {
     case badRequest(String)
     case badPath
     case bodyTooLarge(limit: Int)
+    /// The request body could not be read: too large, too slow, malformed, the client left, or the
+    /// process-wide body budget is spent.
+    case body(BodyReadError)
     /// Not a challenge this gateway issued (malformed, wrong MAC, or issued for another key id).
     case challengeInvalid
     case challengeExpired
@@ -39,6 +43,11 @@ public enum GatewayError: Error, Equatable {
     case riskTooHigh(metric: Int, limit: Int)
     case appleUnavailable(String)
     case appleMisconfigured(String)
+    case tokenExpired
+    case tokenInvalid(String)
+    case tokenRevoked
+    case tokenReused
+    case tokenSigningFailed(String)
 
     public var reasonCode: String {
         switch self {
@@ -48,6 +57,7 @@ public enum GatewayError: Error, Equatable {
         case .badRequest: return "bad_request"
         case .badPath: return "bad_path"
         case .bodyTooLarge: return "body_too_large"
+        case .body(let error): return error.reasonCode
         case .challengeInvalid: return "challenge_invalid"
         case .challengeExpired: return "challenge_expired"
         case .challengeWrongKind: return "challenge_wrong_kind"
@@ -74,6 +84,11 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh: return "risk_too_high"
         case .appleUnavailable: return "apple_unavailable"
         case .appleMisconfigured: return "apple_misconfigured"
+        case .tokenExpired: return "token_expired"
+        case .tokenInvalid: return "token_invalid"
+        case .tokenRevoked: return "token_revoked"
+        case .tokenReused: return "token_reused"
+        case .tokenSigningFailed: return "token_signing_failed"
         }
     }
 
@@ -83,6 +98,7 @@ public enum GatewayError: Error, Equatable {
         case .assertionMissing, .keyUnknown: return 401
         case .badHeader, .badRequest, .badPath: return 400
         case .bodyTooLarge: return 413
+        case .body(let error): return error.status
         case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused, .keyAlreadyRegistered: return 409
         case .keyRevoked, .routeDenied: return 403
         case .routeNotFound: return 404
@@ -95,6 +111,10 @@ public enum GatewayError: Error, Equatable {
         case .rateLimited, .challengeRateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
+        case .tokenExpired, .tokenInvalid: return 401
+        case .tokenRevoked: return 403
+        case .tokenReused: return 409
+        case .tokenSigningFailed: return 503
         }
     }
 
@@ -104,6 +124,7 @@ public enum GatewayError: Error, Equatable {
         case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
         case .badPath: return "the request path is malformed (bad percent escape, encoded slash, dot segment or \";\")"
         case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
+        case .body(let error): return error.message
         case .challengeInvalid: return "the challenge was not issued by this gateway, or was issued for another key id; fetch a new one"
         case .challengeExpired: return "the challenge has expired; fetch a new one"
         case .challengeWrongKind: return "an attestation challenge was used for an assertion, or the other way round; fetch one from the right endpoint"
@@ -130,6 +151,11 @@ public enum GatewayError: Error, Equatable {
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
         case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
         case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
+        case .tokenExpired: return "the token has expired; mint a new one at /assert/token"
+        case .tokenInvalid(let detail): return "the token is not valid: \(detail)"
+        case .tokenRevoked: return "the key this token was minted for has been revoked"
+        case .tokenReused: return "this route accepts a token once and this one was already used; mint a new one"
+        case .tokenSigningFailed(let detail): return "the gateway could not sign a token: \(detail)"
         }
     }
 

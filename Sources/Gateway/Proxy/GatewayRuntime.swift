@@ -18,18 +18,21 @@ public final class GatewayRuntime: Sendable {
     let attestationPolicy: AttestationPolicy
     /// Apple's server APIs, when the config has an `apple:` section.
     let apple: AppleRuntime?
+    /// Gateway tokens, when the config has an `app_attest.token` section.
+    let tokens: GatewayTokens?
     /// Issues and checks challenges (StatelessChallenge.swift).
     let challenges: ChallengeAuthority
     /// `app_attest.challenge_rate_limit`, when set.
     let challengeLimiter: ChallengeRateLimiter?
 
     private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?,
-                 previous: GatewayRuntime?) {
+                 tokens: GatewayTokens?, previous: GatewayRuntime?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
         self.apple = apple
+        self.tokens = tokens
         challenges = ChallengeAuthority(configured: config.appAttest.challengeSecrets, store: store, previous: previous?.challenges)
         // Counts survive a reload that keeps the same limit.
         challengeLimiter = config.appAttest.challengeRateLimit.map { limit in
@@ -64,8 +67,9 @@ public final class GatewayRuntime: Sendable {
                 apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
             }
         }
+        let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
         return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
-                              previous: previous)
+                              tokens: tokens, previous: previous)
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {

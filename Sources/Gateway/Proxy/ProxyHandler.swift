@@ -1,39 +1,40 @@
 import AssertionCheck
+import EventLoop
 import Foundation
+import HTTPServer
 import Synchronization
 import Upstream
 
 /// One request's path: route → (built-in endpoint | deny | pass | assert) → forward → log.
 /// Every early end is a `GatewayError`, turned into a response, a log line and a metric in one place.
+/// Runs on the connection's event loop; blocking steps (Redis, Apple) go to the blocking pool.
 public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     private let current: Locked<GatewayRuntime>
     let keyCache: KeyCache
     let metrics: Metrics
     let log: EventLog
+    let blocking: BlockingPool
+    /// Each loop's curl multi handle: a request is forwarded on the loop its connection lives on.
+    private let multis: [ObjectIdentifier: LoopMulti]
 
-    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog) {
+    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog, blocking: BlockingPool, loops: [EventLoop]) throws {
+        multis = try Dictionary(uniqueKeysWithValues: loops.map { loop in
+            let made = loop.sync { () -> Result<LoopMulti, UpstreamError> in
+                do throws(UpstreamError) { return .success(try LoopMulti(loop: loop)) } catch { return .failure(error) }
+            }
+            return (ObjectIdentifier(loop), try made.get())
+        })
         current = Locked(runtime)
         keyCache = KeyCache(capacity: runtime.config.appAttest.keyCacheSize)
         self.metrics = metrics
         self.log = log
+        self.blocking = blocking
     }
 
     public var runtime: GatewayRuntime { current.withLock { $0 } }
 
     /// Swaps in a new configuration; requests already running finish with the old one.
     public func replace(_ runtime: GatewayRuntime) { current.withLock { $0 = runtime } }
-
-    /// Decided before the body is read: the built-in endpoints have their own limit (a registration
-    /// is ~10 KB of JSON), every route its configured one, anything else `server.max_body_bytes`.
-    public func maxBodyBytes(method: String, path: String) -> Int? {
-        let runtime = self.runtime
-        guard let decoded = PathDecoding.decode(path) else { return runtime.config.server.maxBodyBytes }
-        if let endpoint = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics).endpoint(for: decoded) {
-            return endpoint.maxBodyBytes
-        }
-        if case .route(let route) = runtime.router.match(method: method, path: decoded) { return route.maxBodyBytes }
-        return runtime.config.server.maxBodyBytes
-    }
 
     public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {
         let record = RequestRecord(requestId: RequestID.accept([]), method: method,
@@ -44,40 +45,55 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         record.finish(log: log, metrics: metrics)
     }
 
-    public func handle(_ request: HTTPRequest) -> HTTPResponse {
+    public func handle(_ exchange: HTTPExchange) async {
         let runtime = self.runtime
-        let record = RequestRecord(requestId: RequestID.accept(request.headers.values(named: "X-Request-Id")),
-                                   method: request.method, path: request.path, bytesIn: request.body.count)
-        do {
-            let response = try route(request, runtime: runtime, record: record)
-            record.status = response.status
-            if case .bytes = response.body { record.finish(log: log, metrics: metrics) }
-            return response
-        } catch {
-            record.reason = error.reasonCode
-            if record.decision != "upstream_error" { record.decision = "denied" }
-            record.status = error.status
+        let head = exchange.head
+        let record = RequestRecord(requestId: RequestID.accept(head.headers.values(named: "X-Request-Id")),
+                                   method: head.method, path: head.path, bytesIn: 0)
+        // The line is written when the response has been sent (or failed), with what was really sent.
+        exchange.onFinished = { [log, metrics, unowned exchange] outcome in
+            record.status = exchange.status ?? record.status
+            record.bytesOut = exchange.bytesSent
+            record.outcome = outcome
             record.finish(log: log, metrics: metrics)
-            var response = HTTPResponse.error(status: error.status, reason: error.reasonCode, message: error.message)
-            // Tells the app this JSON error is the gateway's, not one the upstream API returned.
-            response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
-            response.headers.append(HTTPField("X-Request-Id", record.requestId))
-            if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
-            if let seconds = error.retryAfterSeconds { response.headers.append(HTTPField("Retry-After", String(seconds))) }
-            return response
         }
+        let response: HTTPResponse?
+        do {
+            response = try await route(exchange, runtime: runtime, record: record)
+        } catch {
+            response = errorResponse(error, record: record)
+        }
+        if let response { await exchange.send(response) }
     }
 
-    private func route(_ request: HTTPRequest, runtime: GatewayRuntime, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
-        guard let path = PathDecoding.decode(request.path) else { throw .badPath }
+    private func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
+        record.reason = error.reasonCode
+        if record.decision != "upstream_error" { record.decision = "denied" }
+        record.status = error.status
+        var response = HTTPResponse.error(status: error.status, reason: error.reasonCode, message: error.message)
+        // Tells the app this JSON error is the gateway's, not one the upstream API returned.
+        response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
+        response.headers.append(HTTPField("X-Request-Id", record.requestId))
+        if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
+        if let seconds = error.retryAfterSeconds { response.headers.append(HTTPField("Retry-After", String(seconds))) }
+        if case .body(.overloaded) = error { response.headers.append(HTTPField("Retry-After", "1")) }
+        return response
+    }
+
+    /// The response to send, or nil when the upstream's was relayed already.
+    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse? {
+        let head = exchange.head
+        guard let path = PathDecoding.decode(head.path) else { throw .badPath }
         if !runtime.config.hardening.allowPathParameters, PathDecoding.hasPathParameters(path) { throw .badPath }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
-            return try builtins.handle(endpoint, request, record: record)
+            record.route = "builtin:" + endpoint.rawValue
+            let request = try await read(exchange, limit: endpoint.maxBodyBytes, record: record)
+            return try await offload { () throws(GatewayError) in try builtins.handle(endpoint, request, record: record) }
         }
         let route: RouteConfig
-        switch runtime.router.match(method: request.method, path: path) {
+        switch runtime.router.match(method: head.method, path: path) {
         case .notFound: throw .routeNotFound
         case .methodNotAllowed(let matched, let allowed):
             record.route = matched.name
@@ -85,7 +101,9 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         case .route(let matched): route = matched
         }
         record.route = route.name
-        if request.body.count > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
+        // Answered without reading the body (the connection then closes rather than skip it).
+        if route.policy == .deny { throw .routeDenied }
+        let request = try await read(exchange, limit: route.maxBodyBytes, record: record)
         let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
         let outcome: AssertRoute.Outcome
         switch route.policy {
@@ -95,19 +113,52 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.decision = "pass"
             outcome = AssertRoute.Outcome(identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil), pendingClaim: nil)
         case .assert:
-            outcome = try assertRoute.decide(request, path: path, route: route, record: record)
+            outcome = try await offload { () throws(GatewayError) in try assertRoute.decide(request, path: path, route: route, record: record) }
         }
-        defer { assertRoute.release(inFlight: outcome.inFlight, route: route, record: record) }
-        guard let upstream = runtime.upstreams[route.upstream ?? ""] else { throw .routeNotFound }
-        let response: HTTPResponse
+        guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = multis[ObjectIdentifier(exchange.loop)] else {
+            await release(assertRoute, outcome, route, record)
+            throw .routeNotFound
+        }
+        let status: Int
         do {
-            response = try Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders).forward(request, to: upstream, identity: outcome.identity, record: record)
+            status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders)
+                .forward(request, exchange: exchange, multi: multi, to: upstream, identity: outcome.identity, record: record)
         } catch {
             record.decision = "upstream_error"
+            await release(assertRoute, outcome, route, record)
             throw error
         }
-        assertRoute.afterUpstream(status: response.status, outcome: outcome, route: route, record: record)
-        return response
+        if outcome.pendingClaim != nil || outcome.inFlight != nil {
+            await blocking.run {
+                assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
+                assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+            }
+        }
+        return nil
+    }
+
+    private func release(_ assertRoute: AssertRoute, _ outcome: AssertRoute.Outcome, _ route: RouteConfig, _ record: RequestRecord) async {
+        guard outcome.inFlight != nil else { return }
+        await blocking.run { assertRoute.release(inFlight: outcome.inFlight, route: route, record: record) }
+    }
+
+    /// The whole request, its body read within `limit`.
+    private func read(_ exchange: HTTPExchange, limit: Int, record: RequestRecord) async throws(GatewayError) -> HTTPRequest {
+        do {
+            let body = try await exchange.readBody(limit: limit)
+            record.bytesIn = body.count
+            return HTTPRequest(exchange.head, body: body)
+        } catch {
+            if case .tooLarge(let limit) = error { throw .bodyTooLarge(limit: limit) }
+            throw .body(error)
+        }
+    }
+
+    /// Runs a blocking step (Redis, Apple) on the blocking pool; the request's task waits without a thread.
+    func offload<T>(_ body: @escaping () throws(GatewayError) -> T) async throws(GatewayError) -> T {
+        try await blocking.run { () -> Result<T, GatewayError> in
+            do throws(GatewayError) { return .success(try body()) } catch { return .failure(error) }
+        }.get()
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import Synchronization
 
 /// What one request did, gathered along its path and written once as the request's log line and
@@ -12,6 +13,8 @@ final class RequestRecord: @unchecked Sendable {
     var decision = "denied"
     var reason: String?
     var keyId: String?
+    /// How an assert-route request proved itself: `assertion`, `token`, `devicecheck`.
+    var attestMethod: String?
     var counter: UInt32?
     var riskMetric: Int?
     var upstreamStatus: Int?
@@ -21,6 +24,8 @@ final class RequestRecord: @unchecked Sendable {
     var verifyMs: Double?
     var storeMs: Double?
     var upstreamMs: Double?
+    /// How the response ended; nil for requests the server refused before a handler ran.
+    var outcome: ExchangeOutcome?
     private let finished = Atomic<Bool>(false)
 
     init(requestId: String, method: String, path: String, bytesIn: Int) {
@@ -46,12 +51,14 @@ final class RequestRecord: @unchecked Sendable {
         line.string("decision", decision)
         if let reason { line.string("reason", reason) }
         line.int("status", status)
+        if let attestMethod { line.string("attest_method", attestMethod) }
         if let keyId { line.string("key_id", String(keyId.prefix(12))) }
         if let counter { line.int("counter", Int(counter)) }
         if let riskMetric { line.int("risk_metric", riskMetric) }
         if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
         line.int("bytes_in", bytesIn)
         line.int("bytes_out", bytesOut)
+        if let outcome { line.string("outcome", outcome.rawValue) }
         line.number("total_ms", totalMs)
         if let verifyMs { line.number("verify_ms", verifyMs) }
         if let storeMs { line.number("store_ms", storeMs) }
@@ -68,6 +75,11 @@ final class RequestRecord: @unchecked Sendable {
         if let upstreamMs, upstreamStatus != nil {
             updates.append(.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,
                                     help: "Time from forwarding to the last upstream byte relayed."))
+        }
+        if let attestMethod {
+            updates.append(.count("gateway_attest_requests_total", ["route": route, "attest_method": attestMethod, "decision": decision,
+                                                                   "reason": reason ?? ""],
+                                  help: "Assert-route requests by how they proved themselves, decision and reason code."))
         }
         if let reason, reason.hasPrefix("store_") {
             updates.append(.count("gateway_store_errors_total", ["reason": reason], help: "Requests that failed on the Redis state store."))

@@ -1,6 +1,8 @@
 import AssertionCheck
 import Dispatch
+import EventLoop
 import Foundation
+import HTTPServer
 
 /// `gateway serve --config FILE`: the proxy on `listen`, the admin endpoints on `admin_listen`.
 /// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
@@ -65,8 +67,10 @@ final class Server: @unchecked Sendable {
     private let log: EventLog
     private let metrics = Metrics()
     private let handler: ProxyHandler
-    private let proxyServer: MHDServer
-    private let adminServer: MHDServer
+    private let loops: [EventLoop]
+    private let blocking: BlockingPool
+    private let proxyServer: HTTPServer
+    private let adminServer: HTTPServer
     private let admin: AdminHandler
     private let refresher: ReceiptRefresher
     private let stopped = DispatchSemaphore(value: 0)
@@ -77,11 +81,17 @@ final class Server: @unchecked Sendable {
         self.loader = loader
         self.log = log
         Server.announce(config, log: log)
-        handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log)
-        proxyServer = try MHDServer(address: config.listen.description, limits: config.listenerLimits, handler: handler)
+        Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
+        loops = try (0..<config.server.workers).map { index throws(LoopError) in try EventLoop(name: "loop-\(index)") }
+        loops.forEach { $0.start() }
+        // Blocking work (Redis commands, Apple's APIs) gets as many threads as Redis connections.
+        blocking = BlockingPool(threads: max(config.redis.poolSize, 8), name: "blocking")
+        handler = try ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
+                                   blocking: blocking, loops: loops)
+        proxyServer = try HTTPServer(address: config.listen.description, limits: config.listenerLimits, handler: handler, loops: loops)
         admin = AdminHandler(proxy: handler, listener: proxyServer)
-        adminServer = try MHDServer(address: config.adminListen.description, limits: ServerLimits(connectionLimit: 64, maxBodyBytes: 0),
-                                    handler: admin)
+        adminServer = try HTTPServer(address: config.adminListen.description,
+                                     limits: ServerLimits(workers: 1, connectionLimit: 64, maxBodyBytes: 0), handler: admin, loops: [loops[0]])
         let proxy = handler
         refresher = ReceiptRefresher(runtime: { proxy.runtime }, log: log, metrics: metrics)
         refresher.start()
@@ -145,17 +155,30 @@ final class Server: @unchecked Sendable {
         }
     }
 
+    /// Stops accepting, closes idle keep-alive connections, lets in-flight requests finish (their responses
+    /// carry `Connection: close`) up to the deadline, then closes what is left.
     private func drain(seconds: Int) {
         log.event(.info, "draining", ["in_flight": proxyServer.inFlightRequests, "timeout_seconds": seconds])
         admin.draining.store(true, ordering: .relaxed)
-        proxyServer.quiesce()
+        proxyServer.drain()
         let deadline = Date().addingTimeInterval(Double(seconds))
         while proxyServer.inFlightRequests > 0, Date() < deadline { usleep(20_000) }
         let abandoned = proxyServer.inFlightRequests
-        proxyServer.stop()
-        adminServer.stop()
+        proxyServer.closeAll()
+        adminServer.closeAll()
         refresher.stop()
+        loops.forEach { $0.stop() }
+        blocking.shutdown()
         log.event(.info, "stopped", ["abandoned_requests": abandoned])
+    }
+
+    /// Each connection is a descriptor: the soft limit is raised towards the hard one so that
+    /// `connection_limit` is reachable.
+    static func raiseFileLimit(to wanted: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(wanted) else { return }
+        limit.rlim_cur = min(limit.rlim_max, rlim_t(wanted))
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 }
 

@@ -1,38 +1,49 @@
+import EventLoop
 import Foundation
 import Gateway
+import HTTPServer
 import Synchronization
 
-/// A handler recording every request that reaches it and answering with `respond`.
-final class TestHandler: HTTPHandler {
+/// A handler recording every request that reaches it and answering with `respond` (on the loop: it must
+/// not block — tests wait with `Gate.wait()`, which suspends).
+final class TestHandler: WholeRequestHandler {
     private let received = Mutex<[HTTPRequest]>([])
-    private let respond: @Sendable (HTTPRequest) -> HTTPResponse
+    private let rejections = Mutex<[String]>([])
+    private let respond: @Sendable (HTTPRequest) async -> HTTPResponse
     private let bodyLimits: [String: Int]
+    private let defaultLimit: Int
 
-    init(bodyLimits: [String: Int] = [:],
-         respond: @escaping @Sendable (HTTPRequest) -> HTTPResponse = { _ in HTTPResponse(status: 200, body: .bytes(Array("ok".utf8))) }) {
+    init(bodyLimits: [String: Int] = [:], defaultLimit: Int = 1_048_576,
+         respond: @escaping @Sendable (HTTPRequest) async -> HTTPResponse = { _ in HTTPResponse(status: 200, body: .bytes(Array("ok".utf8))) }) {
         self.respond = respond
         self.bodyLimits = bodyLimits
+        self.defaultLimit = defaultLimit
     }
 
-    func handle(_ request: HTTPRequest) -> HTTPResponse {
+    func maxBodyBytes(for head: RequestHead) -> Int { min(bodyLimits[head.path] ?? defaultLimit, defaultLimit) }
+
+    func respond(to request: HTTPRequest) async -> HTTPResponse {
         received.withLock { $0.append(request) }
-        return respond(request)
+        return await respond(request)
     }
 
-    func maxBodyBytes(method: String, path: String) -> Int? { bodyLimits[path] }
+    func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {
+        rejections.withLock { $0.append(reason) }
+    }
 
     var requests: [HTTPRequest] { received.withLock { $0 } }
+    var rejected: [String] { rejections.withLock { $0 } }
 }
 
-/// A body stream built from a closure, counting `close()` calls.
+/// A body stream built from an async closure, counting `close()` calls.
 final class ClosureStream: HTTPBodyStream, Sendable {
-    private let next: @Sendable () throws -> [UInt8]?
+    private let next: @Sendable () async throws -> [UInt8]?
     private let closes = Mutex(0)
     let closed = DispatchSemaphore(value: 0)
 
-    init(_ next: @escaping @Sendable () throws -> [UInt8]?) { self.next = next }
+    init(_ next: @escaping @Sendable () async throws -> [UInt8]?) { self.next = next }
 
-    func nextChunk() throws -> [UInt8]? { try next() }
+    func nextChunk() async throws -> [UInt8]? { try await next() }
 
     func close() {
         closes.withLock { $0 += 1 }
@@ -40,6 +51,23 @@ final class ClosureStream: HTTPBodyStream, Sendable {
     }
 
     var closeCount: Int { closes.withLock { $0 } }
+}
+
+/// A flag a test opens; handlers wait for it without blocking their loop.
+final class Gate: Sendable {
+    private let open = Atomic<Bool>(false)
+
+    func release() { open.store(true, ordering: .relaxed) }
+
+    /// True once released, false after `seconds`.
+    func wait(seconds: Double = 5) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !open.load(ordering: .relaxed) {
+            if Date() > deadline { return false }
+            try? await Task.sleep(nanoseconds: 2_000_000)
+        }
+        return true
+    }
 }
 
 /// A thread-safe counter for test handlers and streams.

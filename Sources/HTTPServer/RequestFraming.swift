@@ -2,18 +2,18 @@ import Upstream
 /// How a request's body is delimited, judged from its headers before any body byte is read.
 /// Conflicting framing is how request smuggling starts: the gateway and the upstream must never
 /// disagree on where a body ends, so anything but one clear framing is refused.
-enum RequestFraming: Equatable {
+public enum RequestFraming: Equatable, Sendable {
     case noBody
     case contentLength(Int)
     case chunked
 
-    struct Violation: Error, Equatable {
-        let status: Int
-        let reason: String
-        let message: String
+    public struct Violation: Error, Equatable, Sendable {
+        public let status: Int
+        public let reason: String
+        public let message: String
     }
 
-    static func judge(_ headers: [HTTPField], httpVersion: String) -> Result<RequestFraming, Violation> {
+    public static func judge(_ headers: [HTTPField], httpVersion: String) -> Result<RequestFraming, Violation> {
         let encodings = headers.values(named: "Transfer-Encoding")
         let lengths = headers.values(named: "Content-Length").map { $0.trimmingSpaces }
         if !encodings.isEmpty && !lengths.isEmpty {
@@ -47,7 +47,7 @@ enum RequestFraming: Equatable {
 
 extension String {
     /// Without leading and trailing spaces and tabs (HTTP's optional whitespace).
-    var trimmingSpaces: String {
+    public var trimmingSpaces: String {
         let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
         guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
             return ""

@@ -29,7 +29,7 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self.port = port
     }
 
-    init(host: String, family: Family, port: Int) {
+    public init(host: String, family: Family, port: Int) {
         (self.host, self.family, self.port) = (host, family, port)
     }
 

@@ -5,7 +5,7 @@ import Upstream
 /// so the proxy passes them between the server and curl without conversion.
 extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
-    var isSafeToSend: Bool {
+    public var isSafeToSend: Bool {
         let nameIsToken = !name.isEmpty && name.utf8.allSatisfy { byte in
             (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || HTTPField.tokenSymbols.contains(byte)
         }
@@ -23,7 +23,7 @@ extension Array where Element == HTTPField {
     }
 }
 
-/// A complete inbound request: the body has been read in full (and within limits) before the handler runs.
+/// A complete inbound request, body read in full (within limits): what simple handlers see.
 public struct HTTPRequest: Sendable {
     public let method: String
     /// The request target's path exactly as sent: still percent-encoded, always starting with "/".
@@ -32,7 +32,7 @@ public struct HTTPRequest: Sendable {
     public let query: String?
     /// In the order received. Bytes that are not UTF-8 (obsolete header text) arrive as U+FFFD.
     public let headers: [HTTPField]
-    public let body: [UInt8]
+    public var body: [UInt8]
     /// The peer's IP address as text ("127.0.0.1", "::1").
     public let clientAddress: String
     /// "HTTP/1.1" or "HTTP/1.0".
@@ -48,14 +48,19 @@ public struct HTTPRequest: Sendable {
         self.clientAddress = clientAddress
         self.httpVersion = httpVersion
     }
+
+    public init(_ head: RequestHead, body: [UInt8]) {
+        self.init(method: head.method, path: head.path, query: head.query, headers: head.headers, body: body,
+                  clientAddress: head.clientAddress, httpVersion: head.httpVersion)
+    }
 }
 
-/// A response body produced piece by piece (an upstream response relayed as it arrives).
-/// The server sends it with chunked transfer coding.
+/// A response body produced piece by piece. The server sends it with chunked transfer coding (HTTP/1.1) and
+/// asks for the next piece only once the client has taken the previous ones (back-pressure).
 public protocol HTTPBodyStream: AnyObject {
-    /// The next piece of the body; nil at the end. May block. Throwing aborts the response: the client
-    /// sees the connection close without the final chunk, so a truncated body is never taken for a whole one.
-    func nextChunk() throws -> [UInt8]?
+    /// The next piece of the body; nil at the end. Throwing aborts the response: the client sees the
+    /// connection close without the final chunk, so a truncated body is never taken for a whole one.
+    func nextChunk() async throws -> [UInt8]?
     /// Called exactly once when the server is done with the stream: after the end, an error, or a client
     /// that went away mid-body.
     func close()
@@ -97,42 +102,76 @@ public struct HTTPResponse {
     }()
 }
 
-/// Answers requests. Called concurrently, one thread per connection, so it may block on I/O.
+/// Answers requests. `handle` runs as a task on the event loop that owns the connection: it must not
+/// block (hand blocking work to a `BlockingPool`), and it answers through the exchange.
 public protocol HTTPHandler: AnyObject, Sendable {
-    func handle(_ request: HTTPRequest) -> HTTPResponse
-    /// The largest body accepted for a request to `path` (raw) with `method`, decided before the body is read;
-    /// nil leaves `ServerLimits.maxBodyBytes`. The smaller of the two applies.
-    func maxBodyBytes(method: String, path: String) -> Int?
-    /// The server answered `status` itself (bad framing, bad target, body too large): for logs and metrics.
+    func handle(_ exchange: HTTPExchange) async
+    /// The server answered `status` itself (bad framing, bad target, limits): for logs and metrics.
     func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String)
 }
 
 extension HTTPHandler {
-    public func maxBodyBytes(method: String, path: String) -> Int? { nil }
     public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {}
 }
 
-/// Resource bounds of the inbound server.
+/// A handler that takes a whole request and gives a whole response: built-in endpoints, admin, tests.
+public protocol WholeRequestHandler: HTTPHandler {
+    /// Largest body read for this request (413 beyond it).
+    func maxBodyBytes(for head: RequestHead) -> Int
+    func respond(to request: HTTPRequest) async -> HTTPResponse
+}
+
+extension WholeRequestHandler {
+    public func handle(_ exchange: HTTPExchange) async {
+        let body: [UInt8]
+        do {
+            body = try await exchange.readBody(limit: maxBodyBytes(for: exchange.head))
+        } catch {
+            await exchange.send(error.response)
+            return
+        }
+        await exchange.send(await respond(to: HTTPRequest(exchange.head, body: body)))
+    }
+}
+
+/// Resource bounds and timeouts of the inbound server (`server:` in the config).
 public struct ServerLimits: Sendable, Equatable {
+    /// Event-loop threads; each owns the connections it accepted.
+    public var workers: Int
+    /// Open client connections, all loops together; over it a connection gets a 503 and is closed.
     public var connectionLimit: Int
-    /// 0 = no per-IP limit.
+    /// 0 = no per-IP limit (behind a load balancer every connection shares its address).
     public var perIPConnectionLimit: Int
-    /// An idle connection is closed after this many seconds.
-    public var connectionTimeoutSeconds: Int
-    /// Per-connection memory for the request line, headers and I/O buffers: bounds header size.
-    public var connectionMemoryLimitBytes: Int
+    /// The whole request head (request line and headers) must arrive within this.
+    public var headerTimeoutMs: Int
+    /// Longest pause between two reads of a request body.
+    public var bodyTimeoutMs: Int
+    /// An idle keep-alive connection is closed after this.
+    public var keepaliveTimeoutMs: Int
+    /// Longest time a client may leave written bytes unread before the connection is closed.
+    public var sendTimeoutMs: Int
+    /// Request line plus headers (431 beyond it).
+    public var maxHeaderBytes: Int
     /// Largest request body accepted (413 beyond it).
     public var maxBodyBytes: Int
-    /// 0 = the system default.
-    public var threadStackSizeBytes: Int
+    /// Request-body bytes held in memory by all connections together (503 with Retry-After beyond it).
+    public var maxBufferedBodyBytes: Int
 
-    public init(connectionLimit: Int = 1024, perIPConnectionLimit: Int = 0, connectionTimeoutSeconds: Int = 30,
-                connectionMemoryLimitBytes: Int = 32768, maxBodyBytes: Int = 1_048_576, threadStackSizeBytes: Int = 0) {
+    public init(workers: Int = ServerLimits.defaultWorkers, connectionLimit: Int = 10_000, perIPConnectionLimit: Int = 0,
+                headerTimeoutMs: Int = 10_000, bodyTimeoutMs: Int = 30_000, keepaliveTimeoutMs: Int = 30_000,
+                sendTimeoutMs: Int = 30_000, maxHeaderBytes: Int = 32_768, maxBodyBytes: Int = 1_048_576,
+                maxBufferedBodyBytes: Int = 64 * 1_048_576) {
+        self.workers = workers
         self.connectionLimit = connectionLimit
         self.perIPConnectionLimit = perIPConnectionLimit
-        self.connectionTimeoutSeconds = connectionTimeoutSeconds
-        self.connectionMemoryLimitBytes = connectionMemoryLimitBytes
+        self.headerTimeoutMs = headerTimeoutMs
+        self.bodyTimeoutMs = bodyTimeoutMs
+        self.keepaliveTimeoutMs = keepaliveTimeoutMs
+        self.sendTimeoutMs = sendTimeoutMs
+        self.maxHeaderBytes = maxHeaderBytes
         self.maxBodyBytes = maxBodyBytes
-        self.threadStackSizeBytes = threadStackSizeBytes
+        self.maxBufferedBodyBytes = maxBufferedBodyBytes
     }
+
+    public static var defaultWorkers: Int { max(1, ProcessInfo.processInfo.activeProcessorCount) }
 }

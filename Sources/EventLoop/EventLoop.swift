@@ -1,0 +1,131 @@
+import Foundation
+
+/// One event-loop thread: it owns its sockets, timers and curl/Redis work, and it is a Swift
+/// `TaskExecutor`, so a request's task started with this loop as its preference runs every step on this
+/// thread — no locks on connection state, no thread hop between an `await` and the callback behind it.
+public final class EventLoop: TaskExecutor, @unchecked Sendable {
+    let core: LoopCore
+    public let name: String
+    private let lock = PthreadLock()
+    /// Work handed in from any thread (guarded by `lock`), run on the loop's next wake-up.
+    private var pending: [Work] = []
+    private var thread: Thread?
+    private var threadID = pthread_t(bitPattern: 0)
+    private let started = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+    private var stopping = false
+
+    private enum Work {
+        case job(UnownedJob)
+        case closure(() -> Void)
+    }
+
+    public init(name: String) throws(LoopError) {
+        self.name = name
+        var wake: (() -> Void)?
+        core = try LoopCore(onWake: { wake?() })
+        wake = { [unowned self] in runPending() }
+    }
+
+    /// Starts the loop's thread; returns once it runs.
+    public func start() {
+        let thread = Thread { [self] in
+            threadID = pthread_self()
+            started.signal()
+            core.run()
+            core.free()
+            finished.signal()
+        }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+        started.wait()
+    }
+
+    public var inLoop: Bool { pthread_equal(pthread_self(), threadID) != 0 }
+
+    /// Runs `work` on the loop's thread (later, even when called from it).
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        submit(.closure(work))
+    }
+
+    /// Like `execute` for work that is not `Sendable` but only ever touched on this loop.
+    public func executeOnLoop(_ work: @escaping () -> Void) {
+        nonisolated(unsafe) let work = work
+        submit(.closure(work))
+    }
+
+    /// Runs `body` on the loop and waits for its result: set-up and shutdown only (a handle must be created
+    /// on its loop's thread), never from another loop's work.
+    public func sync<T>(_ body: @escaping () -> T) -> T {
+        if inLoop { return body() }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: T?
+        executeOnLoop {
+            result = body()
+            done.signal()
+        }
+        done.wait()
+        return result!
+    }
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        submit(.job(UnownedJob(job)))
+    }
+
+    private func submit(_ work: Work) {
+        lock.lock()
+        pending.append(work)
+        let first = pending.count == 1
+        lock.unlock()
+        if first { core.wake() }
+    }
+
+    private func runPending() {
+        while true {
+            lock.lock()
+            let batch = pending
+            pending.removeAll(keepingCapacity: true)
+            lock.unlock()
+            if batch.isEmpty { break }
+            for work in batch {
+                switch work {
+                case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
+                case .closure(let closure): closure()
+                }
+            }
+        }
+        if stopping { core.stop() }
+    }
+
+    /// Now, in the loop's clock (milliseconds, updated once per loop iteration).
+    public var nowMs: UInt64 { core.nowMs }
+
+    /// Closes every handle of the loop (connections included) and waits for its thread to end.
+    public func stop() {
+        executeOnLoop { [self] in stopping = true }
+        finished.wait()
+    }
+}
+
+/// A pthread mutex: `Synchronization.Mutex` spins before sleeping on Linux, which costs more than the work
+/// under contention between loop threads.
+public final class PthreadLock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t> = .allocate(capacity: 1)
+
+    public init() { pthread_mutex_init(mutex, nil) }
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    public func lock() { pthread_mutex_lock(mutex) }
+    public func unlock() { pthread_mutex_unlock(mutex) }
+
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+}

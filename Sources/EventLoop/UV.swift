@@ -1,0 +1,386 @@
+import CLibUV
+import Glibc
+
+// The only file that touches libuv. Every uv_*_t is allocated here, owned by one Swift object that keeps
+// itself alive (a retained `data` pointer) from init until libuv's close callback, and freed there.
+// Everything in this file runs on its loop's thread except `LoopCore.wake()`.
+
+/// One uv_loop_t and the async handle that wakes it from other threads.
+final class LoopCore {
+    let loop: UnsafeMutablePointer<uv_loop_t>
+    private let wakeup: UnsafeMutablePointer<uv_async_t>
+    /// Shared by every read on this loop: libuv asks for a buffer, the read callback consumes it at once.
+    fileprivate let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    fileprivate let onWake: () -> Void
+
+    init(onWake: @escaping () -> Void) throws(LoopError) {
+        loop = .allocate(capacity: 1)
+        wakeup = .allocate(capacity: 1)
+        self.onWake = onWake
+        try check(uv_loop_init(loop), "uv_loop_init")
+        try check(uv_async_init(loop, wakeup) { async in
+            guard let async, let data = async.pointee.data else { return }
+            Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue().onWake()
+        }, "uv_async_init")
+        wakeup.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    /// Thread-safe; several calls before the loop wakes run `onWake` once.
+    func wake() { uv_async_send(wakeup) }
+
+    /// Runs until `stop()` and every handle is closed.
+    func run() { uv_run(loop, UV_RUN_DEFAULT) }
+
+    var nowMs: UInt64 { uv_now(loop) }
+
+    /// Closes the wake-up handle and every handle still open, then lets `run()` return once they are gone.
+    func stop() {
+        uv_walk(loop, { handle, _ in
+            guard let handle, uv_is_closing(handle) == 0 else { return }
+            if handle.pointee.type != UV_ASYNC, let data = handle.pointee.data,
+               let owner = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as? LoopHandle {
+                owner.close()
+            } else {
+                uv_close(handle, nil)
+            }
+        }, nil)
+    }
+
+    /// After `run()` returned.
+    func free() {
+        uv_loop_close(loop)
+        loop.deallocate()
+        wakeup.deallocate()
+        readBuffer.deallocate()
+    }
+}
+
+/// A handle that can be closed by the loop when it stops.
+protocol LoopHandle: AnyObject {
+    func close()
+}
+
+public struct LoopError: Error, CustomStringConvertible, Sendable {
+    public let operation: String
+    public let code: Int32
+    public var description: String { "\(operation): \(String(cString: uv_strerror(code)))" }
+}
+
+private func check(_ code: Int32, _ operation: String) throws(LoopError) {
+    guard code >= 0 else { throw LoopError(operation: operation, code: code) }
+}
+
+// MARK: - Timer
+
+/// A one-shot or repeating timer; `close()` when done with it.
+public final class LoopTimer: LoopHandle {
+    private let handle: UnsafeMutablePointer<uv_timer_t>
+    private let fire: () -> Void
+    private var closed = false
+
+    public init(_ loop: EventLoop, fire: @escaping () -> Void) {
+        handle = .allocate(capacity: 1)
+        self.fire = fire
+        uv_timer_init(loop.core.loop, handle)
+        handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
+    }
+
+    /// (Re)starts the timer: it fires once after `milliseconds`, then every `repeatMs` if not 0.
+    public func start(milliseconds: Int, repeatMs: Int = 0) {
+        guard !closed else { return }
+        uv_timer_start(handle, { timer in
+            guard let timer, let data = timer.pointee.data else { return }
+            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! LoopTimer).fire()
+        }, UInt64(max(0, milliseconds)), UInt64(max(0, repeatMs)))
+    }
+
+    public func stop() {
+        guard !closed else { return }
+        uv_timer_stop(handle)
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        uv_close(cuv_handle(handle)) { closing in
+            guard let closing else { return }
+            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
+            closing.deallocate()
+        }
+    }
+}
+
+// MARK: - Socket watch (for libcurl's sockets)
+
+/// Readiness of a socket someone else owns (curl's): a uv_poll_t on its descriptor.
+public final class SocketWatch: LoopHandle {
+    public struct Events: OptionSet, Sendable {
+        public let rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        public static let readable = Events(rawValue: Int32(UV_READABLE.rawValue))
+        public static let writable = Events(rawValue: Int32(UV_WRITABLE.rawValue))
+    }
+
+    private let handle: UnsafeMutablePointer<uv_poll_t>
+    private let ready: (_ events: Events, _ failed: Bool) -> Void
+    private var closed = false
+
+    public init(_ loop: EventLoop, socket: Int32, ready: @escaping (Events, Bool) -> Void) throws(LoopError) {
+        handle = .allocate(capacity: 1)
+        self.ready = ready
+        let initialised = uv_poll_init_socket(loop.core.loop, handle, socket)
+        guard initialised == 0 else {
+            handle.deallocate()
+            throw LoopError(operation: "uv_poll_init_socket", code: initialised)
+        }
+        handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
+    }
+
+    public func watch(_ events: Events) {
+        guard !closed else { return }
+        uv_poll_start(handle, events.rawValue) { poll, status, events in
+            guard let poll, let data = poll.pointee.data else { return }
+            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! SocketWatch)
+                .ready(Events(rawValue: events), status < 0)
+        }
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        uv_poll_stop(handle)
+        uv_close(cuv_handle(handle)) { closing in
+            guard let closing else { return }
+            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
+            closing.deallocate()
+        }
+    }
+}
+
+// MARK: - TCP
+
+/// A listening socket of one loop. Bound with SO_REUSEPORT so every loop can listen on the same port and
+/// the kernel spreads connections between them.
+public final class TCPListener: LoopHandle {
+    private let handle: UnsafeMutablePointer<uv_tcp_t>
+    private let loop: EventLoop
+    private let accepted: (TCPConnection) -> Void
+    private var closed = false
+    public let port: Int
+
+    public init(_ loop: EventLoop, host: String, port: Int, ipv6: Bool, exclusive: Bool, backlog: Int32 = 4096,
+                accepted: @escaping (TCPConnection) -> Void) throws(LoopError) {
+        // SO_REUSEPORT would let a second gateway share a port it asked for explicitly; a plain socket
+        // bound first tells whether anyone holds it.
+        if port != 0 && exclusive { Glibc.close(try Self.bind(host: host, port: port, ipv6: ipv6, reusePort: false)) }
+        let socket = try Self.bind(host: host, port: port, ipv6: ipv6, reusePort: true)
+        var bound = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(socket, $0, &length) } }
+        // sin_port and sin6_port sit at the same offset.
+        self.port = Int(UInt16(bigEndian: withUnsafeBytes(of: &bound) { $0.load(fromByteOffset: 2, as: UInt16.self) }))
+        handle = .allocate(capacity: 1)
+        self.loop = loop
+        self.accepted = accepted
+        uv_tcp_init(loop.core.loop, handle)
+        handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
+        do {
+            try check(uv_tcp_open(handle, socket), "uv_tcp_open")
+            try check(uv_listen(cuv_stream(handle), backlog) { server, status in
+                guard let server, let data = server.pointee.data, status >= 0 else { return }
+                (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! TCPListener).acceptOne()
+            }, "uv_listen")
+        } catch {
+            Glibc.close(socket)
+            close()
+            throw error
+        }
+    }
+
+    private func acceptOne() {
+        let connection = TCPConnection(loop)
+        guard uv_accept(cuv_stream(handle), cuv_stream(connection.handle)) == 0 else {
+            connection.close()
+            return
+        }
+        uv_tcp_nodelay(connection.handle, 1)
+        accepted(connection)
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        uv_close(cuv_handle(handle)) { closing in
+            guard let closing else { return }
+            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
+            closing.deallocate()
+        }
+    }
+
+    private static func bind(host: String, port: Int, ipv6: Bool, reusePort: Bool) throws(LoopError) -> Int32 {
+        let family = ipv6 ? AF_INET6 : AF_INET
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw LoopError(operation: "socket", code: -errno) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        var result: Int32
+        if ipv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(port).bigEndian)
+            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else {
+                Glibc.close(fd)
+                throw LoopError(operation: "inet_pton \(host)", code: -EINVAL)
+            }
+            setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+                Glibc.close(fd)
+                throw LoopError(operation: "inet_pton \(host)", code: -EINVAL)
+            }
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+        guard result == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw LoopError(operation: "bind \(host):\(port)", code: -code)
+        }
+        return fd
+    }
+}
+
+/// What a `TCPConnection` reports to its owner, on the loop's thread.
+public protocol TCPConnectionDelegate: AnyObject {
+    /// Bytes just read; valid only during the call.
+    func received(_ bytes: UnsafeRawBufferPointer)
+    /// The peer closed its side (`error` nil) or the connection failed.
+    func readEnded(error: LoopError?)
+    /// Every queued write has completed (or failed): the outbound queue is empty.
+    func drained()
+}
+
+/// An accepted client connection. Writes copy their bytes and are queued by libuv; `queuedBytes` is the
+/// back-pressure signal.
+public final class TCPConnection: LoopHandle {
+    fileprivate let handle: UnsafeMutablePointer<uv_tcp_t>
+    private let core: LoopCore
+    public weak var delegate: (any TCPConnectionDelegate)?
+    public private(set) var queuedBytes = 0
+    public private(set) var isClosed = false
+    public private(set) var writeFailed = false
+    private var reading = false
+
+    fileprivate init(_ loop: EventLoop) {
+        handle = .allocate(capacity: 1)
+        core = loop.core
+        uv_tcp_init(loop.core.loop, handle)
+        handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
+    }
+
+    /// The peer's IP address as text ("127.0.0.1", "::1"), or "" when unknown.
+    public var peerAddress: String {
+        var storage = sockaddr_storage()
+        var length = Int32(MemoryLayout<sockaddr_storage>.size)
+        let got = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { uv_tcp_getpeername(handle, $0, &length) }
+        }
+        guard got == 0 else { return "" }
+        var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+        let named = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                getnameinfo($0, socklen_t(length), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST)
+            }
+        }
+        guard named == 0 else { return "" }
+        return String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public func startReading() {
+        guard !reading, !isClosed else { return }
+        reading = true
+        uv_read_start(cuv_stream(handle), { handle, _, buffer in
+            guard let handle, let buffer, let data = handle.pointee.data else { return }
+            let connection = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! TCPConnection
+            buffer.pointee = uv_buf_init(connection.core.readBuffer.baseAddress?.assumingMemoryBound(to: CChar.self),
+                                         UInt32(connection.core.readBuffer.count))
+        }, { stream, count, _ in
+            guard let stream, let data = stream.pointee.data else { return }
+            let connection = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! TCPConnection
+            if count > 0 {
+                connection.delegate?.received(UnsafeRawBufferPointer(rebasing: connection.core.readBuffer[..<count]))
+            } else if count < 0 {
+                connection.stopReading()
+                connection.delegate?.readEnded(error: count == Int(UV_EOF.rawValue) ? nil
+                    : LoopError(operation: "read", code: Int32(count)))
+            }
+        })
+    }
+
+    public func stopReading() {
+        guard reading, !isClosed else { return }
+        reading = false
+        uv_read_stop(cuv_stream(handle))
+    }
+
+    public var isReading: Bool { reading }
+
+    /// Queues `bytes` (copied); `delegate.drained()` follows once everything queued so far is written.
+    public func write(_ bytes: UnsafeRawBufferPointer) {
+        guard !isClosed, !writeFailed, bytes.count > 0 else { return }
+        let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
+        // The length rides in front of the bytes: libuv clears `bufs` before the completion callback.
+        let copy = UnsafeMutableRawPointer.allocate(byteCount: bytes.count + 8, alignment: 8)
+        copy.storeBytes(of: bytes.count, as: Int.self)
+        (copy + 8).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        request.pointee.data = copy
+        var buffer = uv_buf_init((copy + 8).assumingMemoryBound(to: CChar.self), UInt32(bytes.count))
+        queuedBytes += bytes.count
+        let started = uv_write(request, cuv_stream(handle), &buffer, 1) { request, status in
+            guard let request else { return }
+            let stream = request.pointee.handle!
+            let bytes = request.pointee.data.load(as: Int.self)
+            request.pointee.data.deallocate()
+            request.deallocate()
+            guard let data = stream.pointee.data else { return }
+            let connection = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! TCPConnection
+            connection.written(status: status, bytes: bytes)
+        }
+        if started < 0 {
+            queuedBytes -= bytes.count
+            copy.deallocate()
+            request.deallocate()
+            writeFailed = true
+        }
+    }
+
+    public func write(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { write($0) }
+    }
+
+    private func written(status: Int32, bytes: Int) {
+        queuedBytes = max(0, queuedBytes - bytes)
+        if status < 0 { writeFailed = true }
+        if queuedBytes == 0 || writeFailed { delegate?.drained() }
+    }
+
+    /// Closes the socket: queued writes are cancelled. Delivers nothing to the delegate afterwards.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        delegate = nil
+        uv_close(cuv_handle(handle)) { closing in
+            guard let closing else { return }
+            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
+            closing.deallocate()
+        }
+    }
+}

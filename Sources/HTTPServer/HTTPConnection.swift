@@ -1,0 +1,581 @@
+import EventLoop
+import Upstream
+
+/// One client connection on its loop: reads and strictly checks request heads, frames bodies with
+/// libhttp-parser, runs one exchange at a time (pipelined requests wait, bounded), writes responses with
+/// back-pressure, and enforces the header, body, keep-alive and send timeouts. Confined to its loop's
+/// thread (the unchecked Sendable lets the exchange's task, which runs on that loop, hold it).
+final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unchecked Sendable {
+    private let socket: TCPConnection
+    private let shared: ServerShared
+    let loop: EventLoop
+    let clientAddress: String
+    /// Whether this connection counts against its address's `per_ip_connection_limit`.
+    var countedPerIP = false
+    private var timer: LoopTimer!
+    private let parser = RequestParser()
+
+    /// Bytes received and not yet consumed: a head being assembled, or what follows the current request.
+    private var inbound: [UInt8] = []
+    private var scanned = 0
+    /// Beyond this, bytes that arrive while a request is handled stop being read (pipelining bound).
+    private static let pipelineBound = 64 * 1024
+    /// Writes queued beyond this make `writeBody` report "full"; below `lowWatermark` writing resumes.
+    static let highWatermark = 64 * 1024
+    static let lowWatermark = 16 * 1024
+
+    private enum Phase {
+        case idle
+        case head
+        case handling(HTTPExchange)
+        case closed
+    }
+    private var phase = Phase.idle
+
+    // The request being parsed (filled by the parser's callbacks).
+    private var target: [UInt8] = []
+    private var fields: [HTTPField] = []
+    private var fieldName: [UInt8] = []
+    private var fieldValue: [UInt8] = []
+    private var inValue = false
+    private var messageComplete = false
+
+    // Body reading.
+    private var body: [UInt8] = []
+    private var bodyLimit = 0
+    private var bodyWaiter: ((Result<[UInt8], BodyReadError>) -> Void)?
+    private var bodyError: BodyReadError?
+    private var bodyStarted = false
+    private var reserved = 0
+
+    // Response writing.
+    private var responseStarted = false
+    private var responseEnded = false
+    private var chunked = false
+    private var headOnly = false
+    private var keepAlive = false
+    private(set) var clientGone = false
+    private var writableWaiters: [() -> Void] = []
+    private var finishedOutcome: ExchangeOutcome?
+    /// How an exchange answered with an error page in place of a failed response ends in the log.
+    private var outcomeOverride: ExchangeOutcome?
+
+    init(socket: TCPConnection, shared: ServerShared, loop: EventLoop) {
+        self.socket = socket
+        self.shared = shared
+        self.loop = loop
+        clientAddress = socket.peerAddress
+        timer = LoopTimer(loop) { [unowned self] in timedOut() }
+        parser.delegate = self
+        socket.delegate = self
+    }
+
+    func start() {
+        waitForRequest()
+        socket.startReading()
+    }
+
+    /// An answer before any request, then close: the connection limit.
+    func refuse(_ response: HTTPResponse) {
+        phase = .closed
+        (keepAlive, chunked) = (false, false)
+        writeHead(status: response.status, headers: response.headers, contentLength: response.bodyBytes.count)
+        response.bodyBytes.withUnsafeBytes { socket.write($0) }
+        responseEnded = true
+        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+    }
+
+    // MARK: - Reading
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        switch phase {
+        case .idle, .head:
+            if case .idle = phase {
+                phase = .head
+                timer.start(milliseconds: shared.limits.headerTimeoutMs)  // the whole head, not per byte
+            }
+            inbound.append(contentsOf: bytes)
+            parseHead()
+        case .handling:
+            if bodyWaiter != nil && inbound.isEmpty {
+                feedBody(bytes)
+            } else {
+                inbound.append(contentsOf: bytes)
+                if bodyWaiter != nil { feedBufferedBody() }
+                if inbound.count > Self.pipelineBound { socket.stopReading() }
+            }
+        case .closed:
+            break
+        }
+    }
+
+    func readEnded(error: LoopError?) {
+        switch phase {
+        case .idle, .head, .closed:
+            close()
+        case .handling(let exchange):
+            clientLeft(exchange)
+        }
+    }
+
+    func drained() {
+        if socket.writeFailed {
+            if case .handling(let exchange) = phase { clientLeft(exchange) } else { close() }
+            return
+        }
+        if socket.queuedBytes <= Self.lowWatermark { wakeWriters() }
+        if socket.queuedBytes == 0 {
+            if responseEnded { responseFlushed() } else if case .handling = phase, bodyWaiter == nil { timer.stop() }
+        } else {
+            timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
+        }
+    }
+
+    private func parseHead() {
+        let outcome = inbound.withUnsafeBytes { HeadScan.findEnd($0, from: scanned) }
+        switch outcome {
+        case .incomplete(let upTo):
+            scanned = upTo
+            if inbound.count > shared.limits.maxHeaderBytes {
+                reject(RequestFraming.Violation(status: 431, reason: "headers_too_large",
+                                                message: "the request line and headers exceed \(shared.limits.maxHeaderBytes) bytes"))
+            }
+        case .invalid(let violation):
+            reject(violation)
+        case .complete(let start, let end):
+            guard end - start <= shared.limits.maxHeaderBytes else {
+                return reject(RequestFraming.Violation(status: 431, reason: "headers_too_large",
+                                                       message: "the request line and headers exceed \(shared.limits.maxHeaderBytes) bytes"))
+            }
+            beginRequest(headStart: start, headEnd: end)
+        }
+    }
+
+    private func beginRequest(headStart: Int, headEnd: Int) {
+        parser.reset()
+        (target, fields, fieldName, fieldValue, inValue, messageComplete) = ([], [], [], [], false, false)
+        let fed = inbound.withUnsafeBytes { parser.feed(UnsafeRawBufferPointer(rebasing: $0[headStart..<headEnd])) }
+        if case .failed(let detail) = fed, !parser.isUpgrade {
+            // The parser refuses conflicting framing itself; the framing judge names it when it can.
+            if inValue || !fieldName.isEmpty { endField() }
+            if case .failure(let violation) = RequestFraming.judge(fields, httpVersion: "HTTP/1.1") { return reject(violation) }
+            let framing = fields.contains { $0.hasName("Content-Length") || $0.hasName("Transfer-Encoding") }
+            return reject(RequestFraming.Violation(status: 400, reason: framing ? "ambiguous_framing" : "bad_request",
+                                                   message: "malformed request: \(detail)"))
+        }
+        inbound.removeFirst(headEnd)
+        scanned = 0
+        let method = parser.method
+        let version = parser.minorVersion == 0 ? "HTTP/1.0" : "HTTP/1.1"  // HeadScan admitted no other
+        let rawTarget = String(decoding: target, as: UTF8.self)
+        let (path, query) = Self.split(rawTarget)
+        // Visible ASCII only (RFC 9112); origin form; no "#": an upstream cutting the target at a fragment
+        // would see another path than the one routed here.
+        guard path.hasPrefix("/"), target.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 }) else {
+            return reject(RequestFraming.Violation(status: 400, reason: "bad_request_target",
+                                                   message: "the request target must be an absolute path of visible ASCII without a fragment"),
+                          method: method, target: rawTarget)
+        }
+        if method == "CONNECT" || parser.isUpgrade && method != "GET" {
+            return reject(RequestFraming.Violation(status: 405, reason: "method_not_allowed", message: "\(method) is not proxied"),
+                          method: method, target: rawTarget)
+        }
+        let framing: RequestFraming
+        switch RequestFraming.judge(fields, httpVersion: version) {
+        case .success(let judged): framing = judged
+        case .failure(let violation): return reject(violation, method: method, target: rawTarget)
+        }
+        // The framing the gateway judged is the one the parser applies, or the request goes no further.
+        guard (framing == .chunked) == parser.isChunked else {
+            return reject(RequestFraming.Violation(status: 400, reason: "ambiguous_framing",
+                                                   message: "Transfer-Encoding is not exactly \"chunked\""),
+                          method: method, target: rawTarget)
+        }
+        let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: clientAddress,
+                               httpVersion: version, framing: framing)
+        keepAlive = parser.shouldKeepAlive
+        if parser.isUpgrade { messageComplete = true }
+        let exchange = HTTPExchange(head: head, loop: loop, connection: self)
+        phase = .handling(exchange)
+        (body, bodyError, bodyStarted, reserved) = ([], nil, false, 0)
+        (responseStarted, responseEnded, chunked, headOnly, clientGone, finishedOutcome, outcomeOverride) = (false, false, false, method == "HEAD", false, nil, nil)
+        timer.stop()
+        if inbound.count > Self.pipelineBound { socket.stopReading() }
+        shared.requestStarted()
+        let handler = shared.handler
+        Task(executorPreference: loop) {
+            await handler.handle(exchange)
+            self.handlerReturned(exchange)
+        }
+    }
+
+    private static func split(_ target: String) -> (path: String, query: String?) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
+        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
+    }
+
+    // MARK: - Parser callbacks
+
+    func parsedTarget(_ bytes: UnsafeRawBufferPointer) { target.append(contentsOf: bytes) }
+
+    func parsedField(name bytes: UnsafeRawBufferPointer) {
+        if inValue { endField() }
+        fieldName.append(contentsOf: bytes)
+    }
+
+    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
+        inValue = true
+        fieldValue.append(contentsOf: bytes)
+    }
+
+    func parsedHeadersComplete() {
+        if inValue || !fieldName.isEmpty { endField() }
+    }
+
+    private func endField() {
+        var value = fieldValue[...]
+        while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
+        while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
+        fields.append(HTTPField(String(decoding: fieldName, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        fieldName.removeAll(keepingCapacity: true)
+        fieldValue.removeAll(keepingCapacity: true)
+        inValue = false
+    }
+
+    func parsedBody(_ bytes: UnsafeRawBufferPointer) {
+        guard bodyError == nil else { return }
+        guard body.count + bytes.count <= bodyLimit else {
+            bodyError = .tooLarge(limit: bodyLimit)
+            return
+        }
+        guard shared.bodyBudget.reserve(bytes.count) else {
+            bodyError = .overloaded
+            return
+        }
+        reserved += bytes.count
+        body.append(contentsOf: bytes)
+    }
+
+    func parsedMessageComplete() { messageComplete = true }
+
+    // MARK: - Body
+
+    func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
+        guard case .handling(let exchange) = phase, !clientGone else { return done(.failure(.clientGone)) }
+        guard !bodyStarted else { return done(.success([])) }
+        bodyStarted = true
+        if case .contentLength(let length) = exchange.head.framing, length > limit {
+            keepAlive = false  // the body stays unread
+            return done(.failure(.tooLarge(limit: limit)))
+        }
+        if messageComplete { return done(.success([])) }
+        if clientGone { return done(.failure(.clientGone)) }
+        if exchange.head.httpVersion == "HTTP/1.1", exchange.head.headers.contains(where: { $0.hasName("Expect") && $0.value.lowercased() == "100-continue" }) {
+            socket.write(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+        }
+        bodyLimit = limit
+        bodyWaiter = done
+        feedBufferedBody()
+        if bodyWaiter != nil {
+            socket.startReading()
+            timer.start(milliseconds: shared.limits.bodyTimeoutMs)
+        }
+    }
+
+    private func feedBufferedBody() {
+        guard !inbound.isEmpty else { return }
+        let pending = inbound
+        inbound = []
+        pending.withUnsafeBytes { feedBody($0) }
+    }
+
+    private func feedBody(_ bytes: UnsafeRawBufferPointer) {
+        switch parser.feed(bytes) {
+        case .consumed:
+            break
+        case .messageComplete(let consumed):
+            inbound.append(contentsOf: bytes[consumed...])  // the next pipelined request
+        case .failed(let detail):
+            if bodyError == nil { bodyError = .malformed(detail) }
+        }
+        if bodyError != nil {
+            keepAlive = false
+            socket.stopReading()
+            finishBody(.failure(bodyError!))
+        } else if messageComplete {
+            finishBody(.success(body))
+            body = []
+        } else {
+            timer.start(milliseconds: shared.limits.bodyTimeoutMs)  // between reads
+        }
+    }
+
+    private func finishBody(_ result: Result<[UInt8], BodyReadError>) {
+        guard let waiter = bodyWaiter else { return }
+        bodyWaiter = nil
+        timer.stop()
+        if inbound.count > Self.pipelineBound { socket.stopReading() }
+        waiter(result)
+    }
+
+    // MARK: - Writing
+
+    var canWrite: Bool { socket.queuedBytes < Self.highWatermark && !clientGone }
+
+    func whenWritable(_ wake: @escaping () -> Void) {
+        if canWrite || clientGone { return wake() }
+        writableWaiters.append(wake)
+    }
+
+    private func wakeWriters() {
+        let waiters = writableWaiters
+        writableWaiters = []
+        waiters.forEach { $0() }
+        if case .handling(let exchange) = phase, !clientGone { exchange.onWritable?() }
+    }
+
+    func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) {
+        guard case .handling(let exchange) = phase, !responseStarted else { return }
+        responseStarted = true
+        exchange.status = status
+        // A body the handler left unread cannot be skipped safely: the connection ends with this response.
+        if !messageComplete { keepAlive = false }
+        if shared.isDraining { keepAlive = false }
+        let noBody = status == 204 || status == 304 || (100..<200).contains(status)
+        if contentLength == nil && !noBody && !headOnly {
+            if exchange.head.httpVersion == "HTTP/1.1" { chunked = true } else { keepAlive = false }
+        }
+        if noBody { headOnly = true }
+        writeHead(status: status, headers: headers, contentLength: noBody ? nil : contentLength)
+    }
+
+    private func writeHead(status: Int, headers: [HTTPField], contentLength: Int?) {
+        var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
+        for field in headers where field.isSafeToSend && !Self.isFraming(field.name) {
+            head += field.name + ": " + field.value + "\r\n"
+        }
+        if let contentLength { head += "Content-Length: \(contentLength)\r\n" }
+        if chunked { head += "Transfer-Encoding: chunked\r\n" }
+        head += keepAlive ? "" : "Connection: close\r\n"
+        head += "\r\n"
+        socket.write(Array(head.utf8))
+    }
+
+    func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard case .handling(let exchange) = phase, responseStarted, !responseEnded, !clientGone, !headOnly else { return canWrite }
+        guard bytes.count > 0 else { return canWrite }
+        if chunked {
+            socket.write(Array((String(bytes.count, radix: 16) + "\r\n").utf8))
+            socket.write(bytes)
+            socket.write(Self.crlf)
+        } else {
+            socket.write(bytes)
+        }
+        exchange.bytesSent += bytes.count
+        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+        return canWrite
+    }
+
+    func endResponse() {
+        guard case .handling = phase, responseStarted, !responseEnded else { return }
+        responseEnded = true
+        if clientGone { return }
+        if chunked && !headOnly { socket.write(Self.lastChunk) }
+        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+    }
+
+    func abort(_ outcome: ExchangeOutcome) {
+        guard case .handling(let exchange) = phase else { return }
+        if !responseStarted {
+            // Nothing sent yet: a clean error is still possible.
+            outcomeOverride = outcome
+            let response = HTTPResponse.error(status: 502, reason: "upstream_aborted", message: "the upstream response failed")
+            startResponse(status: response.status, headers: response.headers, contentLength: response.bodyBytes.count)
+            response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+            return
+        }
+        finish(exchange, outcome)
+        close()
+    }
+
+    private func responseFlushed() {
+        guard case .handling(let exchange) = phase else {
+            if case .closed = phase { close() }  // a refusal was sent
+            return
+        }
+        finish(exchange, outcomeOverride ?? .completed)
+        if keepAlive && handlerDone { nextRequest() } else if !keepAlive { close() }
+    }
+
+    private var handlerDone = false
+
+    private func handlerReturned(_ exchange: HTTPExchange) {
+        handlerDone = true
+        guard case .handling(let current) = phase, current === exchange else { return }
+        if clientGone {
+            close()
+        } else if !responseStarted {
+            let response = HTTPResponse.error(status: 500, reason: "no_response", message: "the gateway produced no response")
+            startResponse(status: 500, headers: response.headers, contentLength: response.bodyBytes.count)
+            response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+        } else if !responseEnded {
+            abort(.upstreamAborted)
+        } else if finishedOutcome != nil {
+            if clientGone || !keepAlive { close() } else { nextRequest() }
+        }
+    }
+
+    /// Logs the exchange once (through its owner's callback) and gives back what it held.
+    private func finish(_ exchange: HTTPExchange, _ outcome: ExchangeOutcome) {
+        guard finishedOutcome == nil else { return }
+        finishedOutcome = outcome
+        shared.bodyBudget.release(reserved)
+        reserved = 0
+        shared.requestFinished()
+        let callback = exchange.onFinished
+        exchange.onFinished = nil
+        exchange.onWritable = nil
+        callback?(outcome)
+    }
+
+    private func clientLeft(_ exchange: HTTPExchange) {
+        guard !clientGone else { return }
+        clientGone = true
+        keepAlive = false
+        socket.stopReading()
+        finishBody(.failure(.clientGone))
+        let gone = exchange.onClientGone
+        exchange.onClientGone = nil
+        gone?()
+        wakeWriters()
+        finish(exchange, .clientAborted)
+        if handlerDone { close() }
+    }
+
+    private func nextRequest() {
+        handlerDone = false
+        waitForRequest()
+        socket.startReading()
+        if !inbound.isEmpty {
+            phase = .head
+            timer.start(milliseconds: shared.limits.headerTimeoutMs)
+            parseHead()
+        }
+    }
+
+    private func waitForRequest() {
+        phase = .idle
+        shared.isDraining ? close() : timer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
+    }
+
+    /// Closes the connection if it waits for a request; the drain leaves busy ones to finish.
+    func closeIfIdle() {
+        if case .idle = phase { close() }
+    }
+
+    // MARK: - Timeouts and errors
+
+    private func timedOut() {
+        switch phase {
+        case .idle:
+            close()
+        case .head:
+            reject(RequestFraming.Violation(status: 408, reason: "header_timeout",
+                                            message: "the request head did not arrive within \(shared.limits.headerTimeoutMs) ms"))
+        case .handling(let exchange):
+            if bodyWaiter != nil {
+                finishBody(.failure(.timeout))
+                keepAlive = false
+            } else if socket.queuedBytes > 0 {
+                // The client stopped reading: the producer is told to stop, the connection goes.
+                let gone = exchange.onClientGone
+                exchange.onClientGone = nil
+                clientGone = true
+                gone?()
+                wakeWriters()
+                finish(exchange, .timeout)
+                close()
+            }
+        case .closed:
+            close()
+        }
+    }
+
+    /// A refusal by the server itself: answered, reported to the handler for logs and metrics, closed.
+    private func reject(_ violation: RequestFraming.Violation, method: String = "-", target: String = "-") {
+        shared.handler.rejected(method: method, target: target, clientAddress: clientAddress,
+                                status: violation.status, reason: violation.reason)
+        socket.stopReading()
+        refuse(HTTPResponse.error(status: violation.status, reason: violation.reason, message: violation.message))
+    }
+
+    func close() {
+        guard !socket.isClosed else { return }
+        if case .handling(let exchange) = phase, finishedOutcome == nil {
+            clientGone = true
+            let gone = exchange.onClientGone
+            exchange.onClientGone = nil
+            gone?()
+            finish(exchange, .clientAborted)
+        }
+        phase = .closed
+        timer.close()
+        socket.close()
+        finishBody(.failure(.clientGone))
+        wakeWriters()
+        shared.connectionClosed(self)
+    }
+
+    private static let crlf: [UInt8] = [0x0D, 0x0A]
+    private static let lastChunk = Array("0\r\n\r\n".utf8)
+
+    private static func isFraming(_ name: String) -> Bool {
+        let lowered = name.lowercased()
+        return lowered == "content-length" || lowered == "transfer-encoding" || lowered == "connection"
+            || lowered == "keep-alive"
+    }
+
+    static func reasonPhrase(_ status: Int) -> String {
+        switch status {
+        case 100: "Continue"
+        case 200: "OK"
+        case 201: "Created"
+        case 202: "Accepted"
+        case 204: "No Content"
+        case 206: "Partial Content"
+        case 301: "Moved Permanently"
+        case 302: "Found"
+        case 303: "See Other"
+        case 304: "Not Modified"
+        case 307: "Temporary Redirect"
+        case 308: "Permanent Redirect"
+        case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 408: "Request Timeout"
+        case 409: "Conflict"
+        case 413: "Content Too Large"
+        case 414: "URI Too Long"
+        case 429: "Too Many Requests"
+        case 431: "Request Header Fields Too Large"
+        case 500: "Internal Server Error"
+        case 501: "Not Implemented"
+        case 502: "Bad Gateway"
+        case 503: "Service Unavailable"
+        case 504: "Gateway Timeout"
+        default: "Status"
+        }
+    }
+}
+
+extension HTTPResponse {
+    /// The body of a whole response (empty for a stream).
+    var bodyBytes: [UInt8] {
+        if case .bytes(let bytes) = body { return bytes }
+        return []
+    }
+}

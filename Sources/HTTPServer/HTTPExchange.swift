@@ -1,0 +1,172 @@
+import EventLoop
+import Upstream
+
+/// The parsed request head, available before any body byte is read.
+public struct RequestHead: Sendable {
+    public let method: String
+    /// The request target's path exactly as sent: still percent-encoded, always starting with "/".
+    public let path: String
+    /// Everything after the first "?", still percent-encoded; nil when the target has no "?".
+    public let query: String?
+    /// In the order received, values without surrounding whitespace.
+    public let headers: [HTTPField]
+    public let clientAddress: String
+    /// "HTTP/1.1" or "HTTP/1.0".
+    public let httpVersion: String
+    public let framing: RequestFraming
+
+    /// The raw target as sent ("/a/b?c"), for logs of refused requests.
+    public var target: String { query.map { path + "?" + $0 } ?? path }
+    public var hasBody: Bool { framing != .noBody && framing != .contentLength(0) }
+}
+
+/// How an exchange ended, for the access log: `completed` only once the last byte was handed to the kernel.
+public enum ExchangeOutcome: String, Sendable {
+    case completed
+    case clientAborted = "client_aborted"
+    case upstreamAborted = "upstream_aborted"
+    case timeout
+}
+
+/// Why a request body could not be read. Each maps to the response the client gets (if it is still there).
+public enum BodyReadError: Error, Equatable, Sendable {
+    case tooLarge(limit: Int)
+    case timeout
+    case clientGone
+    /// The process-wide budget for buffered bodies is spent.
+    case overloaded
+    case malformed(String)
+
+    public var reasonCode: String {
+        switch self {
+        case .tooLarge: "body_too_large"
+        case .timeout: "body_timeout"
+        case .clientGone: "client_aborted"
+        case .overloaded: "server_busy"
+        case .malformed: "bad_body"
+        }
+    }
+
+    public var status: Int {
+        switch self {
+        case .tooLarge: 413
+        case .timeout: 408
+        case .clientGone: 499
+        case .overloaded: 503
+        case .malformed: 400
+        }
+    }
+
+    public var message: String {
+        switch self {
+        case .tooLarge(let limit): "request body exceeds \(limit) bytes"
+        case .timeout: "the request body stopped arriving"
+        case .clientGone: "the client closed the connection"
+        case .overloaded: "too many request bodies are buffered right now; retry shortly"
+        case .malformed(let detail): "the request body is malformed: \(detail)"
+        }
+    }
+
+    public var response: HTTPResponse {
+        var response = HTTPResponse.error(status: status, reason: reasonCode, message: message)
+        if self == .overloaded { response.headers.append(HTTPField("Retry-After", "1")) }
+        return response
+    }
+}
+
+/// One request and its response, as the handler drives them. Lives on its connection's loop: every method
+/// must be called there (the handler's task runs on that loop).
+public final class HTTPExchange: @unchecked Sendable {
+    public let head: RequestHead
+    public let loop: EventLoop
+    private let connection: HTTPConnection
+    /// Body bytes handed to the socket so far (the head excluded).
+    public internal(set) var bytesSent = 0
+    public internal(set) var status: Int?
+    /// Called once, when the response was fully written (or failed, or the client left).
+    public var onFinished: ((ExchangeOutcome) -> Void)?
+    /// Called once if the client disappears (or stops reading past `send_timeout_ms`) before the end:
+    /// whoever produces the body should stop.
+    public var onClientGone: (() -> Void)?
+    /// Called when a stream that `writeBody` reported full can take more.
+    public var onWritable: (() -> Void)?
+
+    init(head: RequestHead, loop: EventLoop, connection: HTTPConnection) {
+        self.head = head
+        self.loop = loop
+        self.connection = connection
+    }
+
+    /// The whole body, up to `limit` bytes. Sends `100 Continue` first when the client asked for it.
+    public func readBody(limit: Int) async throws(BodyReadError) -> [UInt8] {
+        let result = await withCheckedContinuation { continuation in
+            connection.readBody(limit: limit) { continuation.resume(returning: Unchecked($0)) }
+        }
+        return try result.value.get()
+    }
+
+    /// Whether the client is still there to receive a response.
+    public var isClientGone: Bool { connection.clientGone }
+
+    /// Sends a whole response; a streamed body is relayed piece by piece as the client takes it.
+    public func send(_ response: HTTPResponse) async {
+        guard response.headers.allSatisfy(\.isSafeToSend), (200...599).contains(response.status) else {
+            if case .stream(let stream) = response.body { stream.close() }
+            let invalid = response.headers.allSatisfy(\.isSafeToSend) ? "invalid_response_status" : "invalid_response_header"
+            return await send(.error(status: 500, reason: invalid, message: "the gateway produced an invalid response"))
+        }
+        switch response.body {
+        case .bytes(let bytes):
+            startResponse(status: response.status, headers: response.headers, contentLength: bytes.count)
+            if !bytes.isEmpty { bytes.withUnsafeBytes { _ = writeBody($0) } }
+            endResponse()
+        case .stream(let stream):
+            startResponse(status: response.status, headers: response.headers, contentLength: nil)
+            defer { stream.close() }
+            do {
+                while let chunk = try await stream.nextChunk() {
+                    if !chunk.isEmpty, !chunk.withUnsafeBytes({ writeBody($0) }) {
+                        guard await writable() else { return }
+                    }
+                    if isClientGone { return }
+                }
+                endResponse()
+            } catch {
+                abort(.upstreamAborted)
+            }
+        }
+    }
+
+    /// Waits until the client has taken enough of what was written; false if it left meanwhile.
+    public func writable() async -> Bool {
+        if connection.canWrite { return true }
+        if isClientGone { return false }
+        await withCheckedContinuation { continuation in
+            connection.whenWritable { continuation.resume() }
+        }
+        return !isClientGone
+    }
+
+    /// Writes the status line and headers. `contentLength` nil streams the body (chunked for HTTP/1.1).
+    /// For HEAD, `contentLength` is announced and no body follows.
+    public func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) {
+        connection.startResponse(status: status, headers: headers, contentLength: contentLength)
+    }
+
+    /// Queues body bytes; false when the client is not keeping up: stop producing until `onWritable`.
+    @discardableResult
+    public func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        connection.writeBody(bytes)
+    }
+
+    /// The body is complete; the exchange finishes once the client has been sent everything.
+    public func endResponse() {
+        connection.endResponse()
+    }
+
+    /// Ends the exchange without completing the response: the connection is closed, so a client never
+    /// takes a truncated body for a whole one.
+    public func abort(_ outcome: ExchangeOutcome) {
+        connection.abort(outcome)
+    }
+}

@@ -1,0 +1,99 @@
+import CHTTPParser
+
+// The only file that touches libhttp-parser. The parser sees a request head only after `HeadScan`
+// accepted its raw bytes (Debian's build is non-strict), and then frames the body: Content-Length or
+// chunked, with its own overflow and syntax checks.
+
+/// What the parser reports while it reads one request.
+protocol RequestParserDelegate: AnyObject {
+    func parsedTarget(_ bytes: UnsafeRawBufferPointer)
+    func parsedField(name: UnsafeRawBufferPointer)
+    func parsedValue(_ bytes: UnsafeRawBufferPointer)
+    func parsedHeadersComplete()
+    func parsedBody(_ bytes: UnsafeRawBufferPointer)
+    func parsedMessageComplete()
+}
+
+/// One http_parser for one connection, re-initialised for every request.
+final class RequestParser {
+    private let parser: UnsafeMutablePointer<http_parser> = .allocate(capacity: 1)
+    weak var delegate: (any RequestParserDelegate)?
+
+    init() { reset() }
+    deinit { parser.deallocate() }
+
+    func reset() {
+        http_parser_init(parser, HTTP_REQUEST)
+        parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    enum Fed {
+        /// Every byte was consumed.
+        case consumed
+        /// The message ended after `count` bytes; the rest belongs to the next request.
+        case messageComplete(consumed: Int)
+        case failed(String)
+    }
+
+    /// Feeds bytes. The parser pauses itself at the end of a message so the next request's bytes stay unread.
+    func feed(_ bytes: UnsafeRawBufferPointer) -> Fed {
+        let count = bytes.count
+        let consumed = http_parser_execute(parser, &settings, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), count)
+        let code = http_errno(rawValue: chp_errno(parser))
+        if code == HPE_PAUSED {
+            http_parser_pause(parser, 0)
+            return .messageComplete(consumed: consumed)
+        }
+        guard code == HPE_OK else { return .failed(String(cString: http_errno_description(code))) }
+        return consumed == count ? .consumed : .failed("parser stopped early")
+    }
+
+    var method: String { String(cString: http_method_str(http_method(rawValue: chp_method(parser)))) }
+    var isChunked: Bool { chp_is_chunked(parser) != 0 }
+    var hasContentLength: Bool { chp_has_content_length(parser) != 0 }
+    var shouldKeepAlive: Bool { http_should_keep_alive(parser) != 0 }
+    var isUpgrade: Bool { parser.pointee.upgrade != 0 }
+    var minorVersion: Int { Int(parser.pointee.http_minor) }
+
+    fileprivate static func from(_ parser: UnsafeMutablePointer<http_parser>?) -> RequestParser? {
+        guard let data = parser?.pointee.data else { return nil }
+        return Unmanaged<RequestParser>.fromOpaque(data).takeUnretainedValue()
+    }
+
+    fileprivate func pauseAtEnd() { http_parser_pause(parser, 1) }
+}
+
+private func bytes(_ at: UnsafePointer<CChar>?, _ length: Int) -> UnsafeRawBufferPointer {
+    UnsafeRawBufferPointer(start: at, count: length)
+}
+
+nonisolated(unsafe) private var settings: http_parser_settings = {
+    var settings = http_parser_settings()
+    settings.on_url = { parser, at, length in
+        RequestParser.from(parser)?.delegate?.parsedTarget(bytes(at, length))
+        return 0
+    }
+    settings.on_header_field = { parser, at, length in
+        RequestParser.from(parser)?.delegate?.parsedField(name: bytes(at, length))
+        return 0
+    }
+    settings.on_header_value = { parser, at, length in
+        RequestParser.from(parser)?.delegate?.parsedValue(bytes(at, length))
+        return 0
+    }
+    settings.on_headers_complete = { parser in
+        RequestParser.from(parser)?.delegate?.parsedHeadersComplete()
+        return 0
+    }
+    settings.on_body = { parser, at, length in
+        RequestParser.from(parser)?.delegate?.parsedBody(bytes(at, length))
+        return 0
+    }
+    settings.on_message_complete = { parser in
+        guard let request = RequestParser.from(parser) else { return 0 }
+        request.pauseAtEnd()
+        request.delegate?.parsedMessageComplete()
+        return 0
+    }
+    return settings
+}()

@@ -1,0 +1,186 @@
+import Dispatch
+import EventLoop
+import Synchronization
+import Upstream
+
+/// The inbound HTTP/1.1 server: one SO_REUSEPORT listener per event loop, each loop owning the connections
+/// it accepted. An idle connection costs a few KiB and a timer, never a thread.
+public final class HTTPServer: @unchecked Sendable {
+    private let shared: ServerShared
+    private let loops: [EventLoop]
+    private var listeners: [TCPListener] = []
+    /// The bound port (the one the system chose when the address asked for port 0).
+    public let port: Int
+
+    public init(address: String, limits: ServerLimits, handler: any HTTPHandler, loops: [EventLoop]) throws(HTTPServerError) {
+        let listen = try ListenAddress(address)
+        precondition(!loops.isEmpty, "a server needs at least one event loop")
+        shared = ServerShared(limits: limits, handler: handler)
+        self.loops = loops
+        var port = listen.port
+        var listeners: [TCPListener] = []
+        for (index, loop) in loops.enumerated() {
+            let exclusive = index == 0
+            let bound = Unchecked<Result<TCPListener, LoopError>>(Self.onLoop(loop) { [shared] () -> Result<TCPListener, LoopError> in
+                do throws(LoopError) {
+                    return .success(try TCPListener(loop, host: listen.host, port: port, ipv6: listen.family == .ipv6, exclusive: exclusive) { socket in
+                        shared.accept(socket, on: loop)
+                    })
+                } catch {
+                    return .failure(error)
+                }
+            })
+            switch bound.value {
+            case .success(let listener):
+                listeners.append(listener)
+                port = listener.port  // the others join the port the first one was given
+            case .failure(let error):
+                for (index, listener) in listeners.enumerated() { Self.onLoop(loops[index]) { listener.close() } }
+                throw .startFailed(listen.description, error.description)
+            }
+        }
+        self.listeners = listeners
+        self.port = port
+    }
+
+    /// Open client connections, idle keep-alive ones included.
+    public var activeConnections: Int { shared.connections.load(ordering: .relaxed) }
+
+    /// Requests whose head arrived and whose response is not yet fully sent.
+    public var inFlightRequests: Int { shared.inFlight.load(ordering: .relaxed) }
+
+    /// SIGTERM: stop accepting (new connections are refused by the kernel), close idle keep-alive
+    /// connections now, and let every response from here on carry `Connection: close`.
+    public func drain() {
+        shared.startDraining()
+        for (index, loop) in loops.enumerated() {
+            let listener = listeners[index]
+            Self.onLoop(loop) {
+                listener.close()
+                self.shared.closeIdle(on: loop)
+            }
+        }
+    }
+
+    /// Closes every connection the server still has (after the drain's deadline).
+    public func closeAll() {
+        for loop in loops {
+            Self.onLoop(loop) { self.shared.closeAll(on: loop) }
+        }
+    }
+
+    @discardableResult
+    static func onLoop<T>(_ loop: EventLoop, _ body: @escaping () -> T) -> T { loop.sync(body) }
+}
+
+/// What every connection of one server shares: limits, the handler, counters and the body budget.
+final class ServerShared: @unchecked Sendable {
+    let limits: ServerLimits
+    let handler: any HTTPHandler
+    let connections = Atomic<Int>(0)
+    let inFlight = Atomic<Int>(0)
+    let bodyBudget: BodyBudget
+    private let draining = Atomic<Bool>(false)
+    private let perIP = PthreadLock()
+    private var perIPCounts: [String: Int] = [:]
+    /// Each loop's open connections, touched only on that loop (keyed by loop, so no lock on the hot path).
+    private var byLoop: [ObjectIdentifier: LoopConnections] = [:]
+    private let registry = PthreadLock()
+
+    init(limits: ServerLimits, handler: any HTTPHandler) {
+        self.limits = limits
+        self.handler = handler
+        bodyBudget = BodyBudget(limit: limits.maxBufferedBodyBytes)
+    }
+
+    var isDraining: Bool { draining.load(ordering: .relaxed) }
+
+    func startDraining() { draining.store(true, ordering: .relaxed) }
+
+    private func connections(of loop: EventLoop) -> LoopConnections {
+        registry.withLock {
+            if let existing = byLoop[ObjectIdentifier(loop)] { return existing }
+            let created = LoopConnections()
+            byLoop[ObjectIdentifier(loop)] = created
+            return created
+        }
+    }
+
+    func accept(_ socket: TCPConnection, on loop: EventLoop) {
+        let connection = HTTPConnection(socket: socket, shared: self, loop: loop)
+        let open = connections.add(1, ordering: .relaxed).newValue
+        connections(of: loop).set[ObjectIdentifier(connection)] = connection
+        if open > limits.connectionLimit {
+            return refuse(connection, reason: "connection_limit", "the gateway has \(limits.connectionLimit) connections open; retry shortly")
+        }
+        if limits.perIPConnectionLimit > 0 {
+            let admitted = perIP.withLock { () -> Bool in
+                let count = perIPCounts[connection.clientAddress, default: 0]
+                guard count < limits.perIPConnectionLimit else { return false }
+                perIPCounts[connection.clientAddress] = count + 1
+                return true
+            }
+            guard admitted else {
+                connection.countedPerIP = false
+                return refuse(connection, reason: "per_ip_connection_limit",
+                              "this address has \(limits.perIPConnectionLimit) connections open; retry shortly")
+            }
+            connection.countedPerIP = true
+        }
+        connection.start()
+    }
+
+    /// Over a limit: a 503 written and the connection closed, logged and counted — not a silent reset.
+    private func refuse(_ connection: HTTPConnection, reason: String, _ message: String) {
+        handler.rejected(method: "-", target: "-", clientAddress: connection.clientAddress, status: 503, reason: reason)
+        var response = HTTPResponse.error(status: 503, reason: reason, message: message)
+        response.headers.append(HTTPField("Retry-After", "1"))
+        connection.refuse(response)
+    }
+
+    func connectionClosed(_ connection: HTTPConnection) {
+        connections.subtract(1, ordering: .relaxed)
+        connections(of: connection.loop).set.removeValue(forKey: ObjectIdentifier(connection))
+        if connection.countedPerIP {
+            perIP.withLock {
+                let left = perIPCounts[connection.clientAddress, default: 1] - 1
+                perIPCounts[connection.clientAddress] = left > 0 ? left : nil
+            }
+        }
+    }
+
+    func requestStarted() { inFlight.add(1, ordering: .relaxed) }
+    func requestFinished() { inFlight.subtract(1, ordering: .relaxed) }
+
+    func closeIdle(on loop: EventLoop) {
+        for connection in Array(connections(of: loop).set.values) { connection.closeIfIdle() }
+    }
+
+    func closeAll(on loop: EventLoop) {
+        for connection in Array(connections(of: loop).set.values) { connection.close() }
+    }
+}
+
+/// One loop's connections (its own thread only).
+final class LoopConnections {
+    var set: [ObjectIdentifier: HTTPConnection] = [:]
+}
+
+/// The process-wide bound on request-body bytes held in memory.
+final class BodyBudget: Sendable {
+    private let used = Atomic<Int>(0)
+    let limit: Int
+
+    init(limit: Int) { self.limit = limit }
+
+    func reserve(_ bytes: Int) -> Bool {
+        let now = used.add(bytes, ordering: .relaxed).newValue
+        if now <= limit { return true }
+        used.subtract(bytes, ordering: .relaxed)
+        return false
+    }
+
+    func release(_ bytes: Int) {
+        if bytes > 0 { used.subtract(bytes, ordering: .relaxed) }
+    }
+}

@@ -1,0 +1,107 @@
+/// The strict RFC 9112 check of a raw request head, run before libhttp-parser sees it (Debian's build is
+/// lenient: it folds obs-fold lines into header names, stops at a NUL, accepts bare LF). Anything a
+/// lenient upstream could read differently from the gateway is refused with 400 and never forwarded.
+enum HeadScan {
+    enum Outcome: Equatable {
+        /// No blank line yet; bytes up to `scanned` hold no violation.
+        case incomplete(scanned: Int)
+        /// The head ends just before `end` (after its CRLF CRLF); `start` skips leading empty lines.
+        case complete(start: Int, end: Int)
+        case invalid(RequestFraming.Violation)
+    }
+
+    /// Looks for the end of the head in `bytes`, resuming after `from` (the previous `scanned`): a line
+    /// break without CR is refused as soon as it arrives, so a bare-LF client never waits for a timeout.
+    static func findEnd(_ bytes: UnsafeRawBufferPointer, from: Int) -> Outcome {
+        var index = from
+        var start = 0
+        // RFC 9112 §2.2: a server should ignore at least one empty line before the request line.
+        while start + 1 < bytes.count, bytes[start] == 0x0D, bytes[start + 1] == 0x0A { start += 2 }
+        index = max(index, start)
+        while index < bytes.count {
+            if bytes[index] == 0x0A {
+                guard index > 0, bytes[index - 1] == 0x0D else { return .invalid(bad("bare_lf", "a line ends in LF without CR")) }
+                if index >= start + 3, bytes[index - 2] == 0x0A, bytes[index - 3] == 0x0D {
+                    let end = index + 1
+                    if let violation = validate(UnsafeRawBufferPointer(rebasing: bytes[start..<end])) { return .invalid(violation) }
+                    return .complete(start: start, end: end)
+                }
+            }
+            index += 1
+        }
+        // A CR that may be followed by its LF in the next read stays unscanned.
+        return .incomplete(scanned: max(start, bytes.count - 1))
+    }
+
+    /// The request line and every field line of a complete head (ending in CRLF CRLF).
+    static func validate(_ head: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
+        var lines: [Range<Int>] = []
+        var lineStart = 0
+        for index in 0..<head.count where head[index] == 0x0A {
+            lines.append(lineStart..<(index - 1))  // without CR LF
+            lineStart = index + 1
+        }
+        guard let requestLine = lines.first else { return bad("bad_request_line", "empty request") }
+        if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[requestLine])) { return violation }
+        var hosts = 0
+        for line in lines.dropFirst() where !line.isEmpty {
+            let field = UnsafeRawBufferPointer(rebasing: head[line])
+            if field[0] == 0x20 || field[0] == 0x09 {
+                return bad("obs_fold", "a header line starts with whitespace (obsolete line folding)")
+            }
+            guard let colon = field.firstIndex(of: UInt8(ascii: ":")) else {
+                return bad("bad_header", "a header line has no colon")
+            }
+            guard colon > 0, field[..<colon].allSatisfy(isTokenByte) else {
+                return field[..<colon].contains(where: { $0 == 0x20 || $0 == 0x09 })
+                    ? bad("bad_header", "whitespace between a header name and its colon")
+                    : bad("bad_header", "a header name holds a byte that is not a token character")
+            }
+            // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
+            guard field[(colon + 1)...].allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+                return bad("bad_header", "a header value holds a control character")
+            }
+            if colon == 4, field[0] | 0x20 == 0x68, field[1] | 0x20 == 0x6F, field[2] | 0x20 == 0x73, field[3] | 0x20 == 0x74 {
+                hosts += 1
+            }
+        }
+        if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
+        if hosts == 0, head[requestLine].suffix(3).elementsEqual("1.1".utf8) {
+            return bad("missing_host", "an HTTP/1.1 request must carry a Host header")
+        }
+        return nil
+    }
+
+    /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only.
+    private static func checkRequestLine(_ line: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
+        let parts = line.split(separator: 0x20, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(isTokenByte), !parts[1].isEmpty else {
+            return bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
+        }
+        guard parts[1].allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            return bad("bad_request_target", "the request target must be visible ASCII")
+        }
+        guard parts[2].elementsEqual("HTTP/1.1".utf8) || parts[2].elementsEqual("HTTP/1.0".utf8) else {
+            return bad("unsupported_http_version", "only HTTP/1.0 and HTTP/1.1 are accepted")
+        }
+        return nil
+    }
+
+    /// tchar (RFC 9110): letters, digits and !#$%&'*+-.^_`|~
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    private static func bad(_ reason: String, _ message: String) -> RequestFraming.Violation {
+        RequestFraming.Violation(status: 400, reason: reason, message: message)
+    }
+}

@@ -1,0 +1,203 @@
+import CCurl
+import EventLoop
+
+/// One curl multi handle per event loop, driven by the loop: curl's sockets are watched with the loop's
+/// readiness events and its timeouts with a loop timer (`curl_multi_socket_action`), so a thousand
+/// streaming upstream exchanges cost no thread. Holds the loop's upstream connection cache (keep-alive).
+/// Created and used on its loop's thread only.
+public final class LoopMulti: @unchecked Sendable {
+    public let loop: EventLoop
+    private let multi: UnsafeMutableRawPointer
+    private var timer: LoopTimer!
+    private var watches: [Int32: SocketWatch] = [:]
+    /// Easy handles between exchanges (their options are reset for each one).
+    private var spare: [CurlTransfer] = []
+
+    public init(loop: EventLoop, maxConnections: Int = 256) throws(UpstreamError) {
+        guard curlGlobalInit == CURLE_OK, let multi = curl_multi_init() else {
+            throw .unavailable("curl_multi_init failed")
+        }
+        self.loop = loop
+        self.multi = multi
+        timer = LoopTimer(loop) { [unowned self] in act(on: ccurl_socket_timeout(), flags: 0) }
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, maxConnections)
+        _ = ccurl_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, context)
+        _ = ccurl_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, context)
+        _ = ccurl_multi_setopt_socket_callback(multi) { _, socket, what, context, _ in
+            guard let context else { return 0 }
+            Unmanaged<LoopMulti>.fromOpaque(context).takeUnretainedValue().watch(socket, what)
+            return 0
+        }
+        _ = ccurl_multi_setopt_timer_callback(multi) { _, milliseconds, context in
+            guard let context else { return 0 }
+            let owner = Unmanaged<LoopMulti>.fromOpaque(context).takeUnretainedValue()
+            // -1 removes the timer; 0 asks for an action at once (never from inside this callback).
+            if milliseconds < 0 { owner.timer.stop() } else { owner.timer.start(milliseconds: milliseconds) }
+            return 0
+        }
+    }
+
+    /// Runs `transfer` (prepared) on this loop; its callbacks report progress.
+    func add(_ transfer: CurlTransfer) throws(UpstreamError) {
+        let added = curl_multi_add_handle(multi, transfer.easy)
+        guard added == CURLM_OK else { throw .unavailable("curl multi: \(String(cString: curl_multi_strerror(added)))") }
+    }
+
+    /// Ends an unfinished exchange: curl closes its connection.
+    func cancel(_ transfer: CurlTransfer) {
+        _ = curl_multi_remove_handle(multi, transfer.easy)
+        transfer.detach()
+    }
+
+    func checkOut() throws(UpstreamError) -> CurlTransfer {
+        if let transfer = spare.popLast() { return transfer }
+        return try CurlTransfer(ownMulti: false)
+    }
+
+    func checkIn(_ transfer: CurlTransfer) {
+        transfer.detach()
+        if spare.count < 256 { spare.append(transfer) }
+    }
+
+    private func watch(_ socket: Int32, _ what: Int32) {
+        if what == CURL_POLL_REMOVE {
+            watches.removeValue(forKey: socket)?.close()
+            return
+        }
+        let watch: SocketWatch
+        if let existing = watches[socket] {
+            watch = existing
+        } else {
+            do throws(LoopError) {
+                watch = try SocketWatch(loop, socket: socket) { [unowned self] events, failed in
+                    var flags: Int32 = failed ? CURL_CSELECT_ERR : 0
+                    if events.contains(.readable) { flags |= CURL_CSELECT_IN }
+                    if events.contains(.writable) { flags |= CURL_CSELECT_OUT }
+                    act(on: socket, flags: flags)
+                }
+            } catch {
+                return
+            }
+            watches[socket] = watch
+        }
+        var events: SocketWatch.Events = []
+        if what == CURL_POLL_IN || what == CURL_POLL_INOUT { events.insert(.readable) }
+        if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { events.insert(.writable) }
+        watch.watch(events)
+    }
+
+    private func act(on socket: Int32, flags: Int32) {
+        var running: Int32 = 0
+        _ = curl_multi_socket_action(multi, socket, flags, &running)
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(multi, &queued) {
+            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            let result = ccurl_msg_result(message)
+            var raw: UnsafeMutablePointer<CChar>?
+            _ = ccurl_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &raw)
+            _ = curl_multi_remove_handle(multi, easy)
+            guard let raw else { continue }
+            Unmanaged<CurlTransfer>.fromOpaque(UnsafeMutableRawPointer(raw)).takeUnretainedValue().finished(result)
+        }
+    }
+}
+
+/// An upstream exchange on an event loop whose status and headers have arrived; the body follows through
+/// `relay`, paced by whoever receives it.
+public final class UpstreamStream: @unchecked Sendable {
+    public let status: Int
+    public let headers: [HTTPField]
+    public let timing: UpstreamTiming
+    private let transfer: CurlTransfer
+    private let multi: LoopMulti
+    private var ended = false
+    private var endCallback: ((UpstreamError?) -> Void)?
+    private var result: Result<Void, UpstreamError>?
+
+    fileprivate init(transfer: CurlTransfer, multi: LoopMulti) {
+        status = transfer.status
+        headers = transfer.responseHeaders
+        timing = transfer.timing
+        self.transfer = transfer
+        self.multi = multi
+        // Until `relay`, body bytes wait in the transfer (it pauses once 64 KiB do).
+        transfer.onDone = { [unowned self] result in finish(result) }
+    }
+
+    /// Hands every body byte to `body` (false: the receiver is full; call `resume()` when it drained),
+    /// then calls `end` once: nil after the last byte, or why the body broke off.
+    public func relay(body: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (UpstreamError?) -> Void) {
+        endCallback = end
+        let early = transfer.takePendingBody()
+        var full = false
+        if !early.isEmpty { full = !early.withUnsafeBytes { body($0) } }
+        transfer.onBody = body
+        if let result {
+            finish(result)
+        } else if !full {
+            transfer.resume()
+        } else {
+            pausedByReceiver = true
+        }
+    }
+
+    private var pausedByReceiver = false
+
+    /// The receiver drained: let curl deliver again.
+    public func resume() {
+        pausedByReceiver = false
+        transfer.resume()
+    }
+
+    /// The receiver went away: the upstream connection is closed, `end` is not called.
+    public func cancel() {
+        guard !ended else { return }
+        ended = true
+        endCallback = nil
+        multi.cancel(transfer)
+    }
+
+    private func finish(_ outcome: Result<Void, UpstreamError>) {
+        result = outcome
+        guard let end = endCallback, !ended else { return }
+        ended = true
+        endCallback = nil
+        if case .success = outcome { multi.checkIn(transfer) }
+        switch outcome {
+        case .success: end(nil)
+        case .failure(let error): end(error)
+        }
+    }
+}
+
+extension UpstreamClient {
+    /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived.
+    public func open(_ request: UpstreamRequest, on multi: LoopMulti) async throws(UpstreamError) -> UpstreamStream {
+        try request.validate()
+        let transfer = try multi.checkOut()
+        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target)
+        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
+            var waiting = true
+            transfer.onHeaders = { [unowned transfer] in
+                guard waiting else { return }
+                waiting = false
+                continuation.resume(returning: Unchecked(.success(UpstreamStream(transfer: transfer, multi: multi))))
+            }
+            transfer.onDone = { result in
+                guard waiting else { return }
+                waiting = false
+                let error: UpstreamError
+                if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
+                continuation.resume(returning: Unchecked(.failure(error)))
+            }
+            do throws(UpstreamError) {
+                try multi.add(transfer)
+            } catch {
+                waiting = false
+                continuation.resume(returning: Unchecked(.failure(error)))
+            }
+        }
+        return try opened.value.get()
+    }
+}

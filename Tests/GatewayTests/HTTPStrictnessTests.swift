@@ -1,0 +1,173 @@
+import EventLoop
+import Foundation
+import HTTPServer
+import TestSupport
+import XCTest
+
+/// RFC 9112 strictness, timeouts and limits of the event-loop server: what a lenient upstream could read
+/// differently is refused with 400 before any handler runs; slow, idle and non-reading clients are cut off.
+final class HTTPStrictnessTests: XCTestCase {
+    private func start(_ handler: TestHandler, limits: ServerLimits = ServerLimits(workers: 1)) throws -> HTTPServer {
+        let loops = try (0..<limits.workers).map { try EventLoop(name: "strict-\($0)") }
+        loops.forEach { $0.start() }
+        let server = try HTTPServer(address: "127.0.0.1:0", limits: limits, handler: handler, loops: loops)
+        addTeardownBlock {
+            server.closeAll()
+            loops.forEach { $0.stop() }
+        }
+        return server
+    }
+
+    private func errorReason(_ response: RawHTTPClient.Response) -> String? {
+        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+        return json?["error"]
+    }
+
+    func testEachStrictnessViolationIs400AndNeverReachesTheHandler() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let cases: [(request: [UInt8], reason: String)] = [
+            (Array("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n 0\r\n\r\nabcd".utf8), "obs_fold"),
+            (Array("GET /x HTTP/1.1\r\nHost: t\r\nX-A: a".utf8) + [0] + Array("b\r\n\r\n".utf8), "bad_header"),
+            (Array("GET /x HTTP/1.1\r\nHost: t\r\nX-A: a\u{1}b\r\n\r\n".utf8), "bad_header"),
+            (Array("GET /x HTTP/1.1\r\nHost : t\r\n\r\n".utf8), "bad_header"),
+            (Array("GET /x HTTP/1.1\r\nHost: t\r\nX(A): b\r\n\r\n".utf8), "bad_header"),
+            (Array("GET /x HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n".utf8), "duplicate_host"),
+            (Array("GET /x HTTP/1.1\r\n\r\n".utf8), "missing_host"),
+            (Array("GET /x HTTP/1.2\r\nHost: t\r\n\r\n".utf8), "unsupported_http_version"),
+            (Array("GET /x HTTP/2.0\r\nHost: t\r\n\r\n".utf8), "unsupported_http_version"),
+            (Array("GET /x HTTP/1.1\nHost: t\n\n".utf8), "bare_lf"),
+            (Array("GET /x HTTP/1.1\r\nHost: t\nX: y\r\n\r\n".utf8), "bare_lf"),
+            (Array("GET  /x HTTP/1.1\r\nHost: t\r\n\r\n".utf8), "bad_request_line"),
+        ]
+        for (request, reason) in cases {
+            let client = try RawHTTPClient(port: server.port)
+            try client.send(request)
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, reason)
+            XCTAssertEqual(errorReason(response), reason, String(decoding: request, as: UTF8.self))
+            XCTAssertEqual(response.header("Connection"), "close")
+            XCTAssertTrue(client.peerClosed(), reason)
+        }
+        XCTAssertTrue(handler.requests.isEmpty)
+        XCTAssertEqual(handler.rejected.count, cases.count, "each refusal is reported for the log and metrics")
+    }
+
+    func testTransferEncodingWithTrailingSpaceIsFramedOneWayOnly() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let client = try RawHTTPClient(port: server.port)
+        // Either both the judge and the parser read it as chunked, or the request is refused: never a
+        // body framed one way by the check and another by the parser (and a pipelined request swallowed).
+        try client.send("POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked \r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n")
+        let first = try client.readResponse()
+        if first.status == 200 {
+            XCTAssertEqual(handler.requests.first?.body, Array("hello".utf8))
+            XCTAssertEqual(try client.readResponse().status, 200)
+            XCTAssertEqual(handler.requests.map(\.path), ["/a", "/b"])
+        } else {
+            XCTAssertEqual(first.status, 400)
+            XCTAssertTrue(handler.requests.isEmpty)
+        }
+    }
+
+    func testHeadersOverTheLimitGet431() throws {
+        let server = try start(TestHandler(), limits: ServerLimits(workers: 1, maxHeaderBytes: 2048))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 4096))\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 431)
+        XCTAssertEqual(errorReason(response), "headers_too_large")
+    }
+
+    func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(workers: 1, headerTimeoutMs: 400))
+        let client = try RawHTTPClient(port: server.port)
+        let started = Date()
+        var refused: RawHTTPClient.Response?
+        // One byte every 50 ms (each would reset an idle timeout): the head's deadline still holds.
+        for byte in Array("GET /x HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".utf8) {
+            do { try client.send([byte]) } catch { break }
+            usleep(50_000)
+            if Date().timeIntervalSince(started) > 0.6 { break }
+        }
+        refused = try? client.readResponse()
+        XCTAssertEqual(refused?.status, 408)
+        XCTAssertEqual(refused.flatMap(errorReason), "header_timeout")
+        XCTAssertTrue(client.peerClosed())
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+        XCTAssertTrue(handler.requests.isEmpty)
+    }
+
+    func testIdleKeepAliveConnectionIsClosedAfterItsTimeout() throws {
+        let server = try start(TestHandler(), limits: ServerLimits(workers: 1, keepaliveTimeoutMs: 300))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 200)
+        XCTAssertEqual(server.activeConnections, 1)
+        XCTAssertTrue(client.peerClosed(), "closed by the server, not by the client's receive timeout")
+        XCTAssertTrue(waitUntil { server.activeConnections == 0 })
+    }
+
+    func testStalledBodyGets408AtTheBodyTimeout() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(workers: 1, bodyTimeoutMs: 300))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly part")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 408)
+        XCTAssertEqual(errorReason(response), "body_timeout")
+        XCTAssertTrue(client.peerClosed())
+    }
+
+    func testConnectionsOverTheLimitGetA503NotAReset() throws {
+        let handler = TestHandler()
+        let server = try start(handler, limits: ServerLimits(workers: 1, connectionLimit: 2))
+        let first = try RawHTTPClient(port: server.port)
+        let second = try RawHTTPClient(port: server.port)
+        XCTAssertTrue(waitUntil { server.activeConnections == 2 })
+        let third = try RawHTTPClient(port: server.port)
+        let response = try third.readResponse()
+        XCTAssertEqual(response.status, 503)
+        XCTAssertEqual(errorReason(response), "connection_limit")
+        XCTAssertNotNil(response.header("Retry-After"))
+        XCTAssertTrue(third.peerClosed())
+        XCTAssertEqual(handler.rejected, ["connection_limit"])
+        try first.send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try first.readResponse().status, 200, "the admitted ones are served")
+        _ = second
+    }
+
+    func testPerAddressLimit() throws {
+        let server = try start(TestHandler(), limits: ServerLimits(workers: 1, perIPConnectionLimit: 1))
+        let first = try RawHTTPClient(port: server.port)
+        XCTAssertTrue(waitUntil { server.activeConnections == 1 })
+        let second = try RawHTTPClient(port: server.port)
+        let response = try second.readResponse()
+        XCTAssertEqual(response.status, 503)
+        XCTAssertEqual(errorReason(response), "per_ip_connection_limit")
+        first.disconnect()
+        XCTAssertTrue(waitUntil { server.activeConnections == 0 })
+        let third = try RawHTTPClient(port: server.port)
+        try third.send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try third.readResponse().status, 200, "a closed connection gives its slot back")
+    }
+
+    func testClientThatNeverReadsIsCutOffAndTheProducerStops() throws {
+        let produced = Counter()
+        let stream = ClosureStream {
+            guard produced.next() <= 4096 else { return nil }  // 256 MiB if nothing held it back
+            return [UInt8](repeating: 0x61, count: 64 * 1024)
+        }
+        let server = try start(TestHandler { _ in HTTPResponse(status: 200, body: .stream(stream)) },
+                               limits: ServerLimits(workers: 1, sendTimeoutMs: 500))
+        let client = try RawHTTPClient(port: server.port, timeoutSeconds: 10)
+        try client.send("GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        // Never reads: the server may queue a bounded amount, then the send timeout ends the exchange.
+        XCTAssertEqual(stream.closed.wait(timeout: .now() + 10), .success, "the producer is told to stop")
+        XCTAssertLessThan(produced.value, 600, "back-pressure: production stopped near what the socket buffers hold")
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 0 && server.activeConnections == 0 })
+        XCTAssertEqual(stream.closeCount, 1)
+    }
+}
