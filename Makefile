@@ -1,14 +1,14 @@
 # The two commands: `make run` (gateway + example upstream + Redis, Ctrl-C stops all) and `make test`.
 SHELL := /bin/bash
 DEBIAN_PACKAGES := libssl-dev libcbor-dev libcurl4-openssl-dev libhiredis-dev libuv1-dev libhttp-parser-dev libyaml-dev \
-                   pkg-config redis-server python3 python3-cryptography openssl
+                   pkg-config redis-server python3 python3-cryptography openssl prometheus
 .PHONY: deps build test run demo clean
 
 deps:
 	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
 
 build: deps
-	swift build -c release --product gateway --static-swift-stdlib
+	./scripts/release-build.sh
 
 test: deps
 	./scripts/test.sh
@@ -17,7 +17,7 @@ run: deps
 	./scripts/run.sh
 
 demo:
-	swift build -c release --product gateway --static-swift-stdlib
+	./scripts/release-build.sh
 	.build/release/gateway demo --gateway http://127.0.0.1:8080 --ca run/demo-ca --config gateway.yaml --log run/gateway.log
 
 clean:

@@ -20,6 +20,8 @@ let package = Package(
         systemLibrary("CLibUV", pkgConfig: "libuv", apt: "libuv1-dev"),
         .systemLibrary(name: "CHTTPParser", providers: [.apt(["libhttp-parser-dev"])]),
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
+        // No library: a header whose macro carries the git commit of a release build (gateway_build_info).
+        .systemLibrary(name: "CBuildInfo"),
 
         // Pure verification: attestation, assertion, client-data binding. No I/O, no clock.
         .target(name: "AssertionCheck", dependencies: ["COpenSSL", "CCBOR"]),
@@ -35,7 +37,7 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream", "CHiredis", "CYAML",
+            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
 

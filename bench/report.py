@@ -148,8 +148,9 @@ def judge(run):
             delta = value - before.get(key, 0)
             if delta:
                 labels = dict(re.findall(r'(\w+)="([^"]*)"', key))
-                decisions["%s %s%s" % (labels["route"], labels["decision"],
-                                       " " + labels["reason"] if labels["reason"] else "")] = int(delta)
+                # Summed over the status-class label (code).
+                name = "%s %s%s" % (labels["route"], labels["decision"], " " + labels["reason"] if labels["reason"] else "")
+                decisions[name] = decisions.get(name, 0) + int(delta)
     run["gateway_decisions"] = decisions
     run["gateway_ms"] = phase_quantiles(before, after)
     cache = {k.split('"')[1]: int(after[k] - before.get(k, 0)) for k in after if k.startswith("gateway_key_cache_total")}

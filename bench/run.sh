@@ -24,7 +24,7 @@ level_count=$(wc -w <<< "$levels")
 # --- Tools --------------------------------------------------------------------------------------------
 ./scripts/install-deps.sh libssl-dev libcbor-dev libcurl4-openssl-dev libhiredis-dev libuv1-dev libhttp-parser-dev libyaml-dev \
     pkg-config redis-server python3 python3-venv nginx wrk openssl curl procps
-swift build -c release --product gateway --static-swift-stdlib
+./scripts/release-build.sh
 gateway=.build/release/gateway
 venv=.build/bench-venv
 if ! cmp -s bench/diy/requirements.txt "$venv/requirements.txt"; then

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 CONFIG=${CONFIG:-gateway.yaml}
 mkdir -p run/redis
 
-swift build -c release --product gateway --static-swift-stdlib
+./scripts/release-build.sh
 GATEWAY=.build/release/gateway
 $GATEWAY check-config "$CONFIG"
 

@@ -28,6 +28,9 @@ static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long
 static inline CURLcode ccurl_easy_getinfo_double(CURL *handle, CURLINFO info, double *value) {
     return curl_easy_getinfo(handle, info, value);
 }
+static inline CURLcode ccurl_easy_getinfo_string(CURL *handle, CURLINFO info, const char **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
 static inline CURLcode ccurl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
     return curl_easy_getinfo(handle, info, value);
 }

@@ -82,6 +82,16 @@ final class CurlTransfer: @unchecked Sendable {
             reusedConnection: newConnections == 0)
     }
 
+    /// The connected peer (CURLINFO_PRIMARY_IP / _PORT), for access logs.
+    var remoteAddress: String? {
+        var ip: UnsafePointer<CChar>?
+        var port = 0
+        guard ccurl_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK, let ip, ip.pointee != 0,
+              ccurl_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &port) == CURLE_OK else { return nil }
+        let host = String(cString: ip)
+        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
     /// Configures a fresh exchange (keeping the cached connection) and hands it to the multi handle.
     func start(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
         guard let multi else { throw .unavailable("a loop-mode transfer is started by its LoopMulti") }

@@ -109,6 +109,8 @@ public final class UpstreamStream: @unchecked Sendable {
     public let status: Int
     public let headers: [HTTPField]
     public let timing: UpstreamTiming
+    /// The upstream's address and port as connected, for access logs.
+    public let remoteAddress: String?
     private let transfer: CurlTransfer
     private let multi: LoopMulti
     private var ended = false
@@ -119,6 +121,7 @@ public final class UpstreamStream: @unchecked Sendable {
         status = transfer.status
         headers = transfer.responseHeaders
         timing = transfer.timing
+        remoteAddress = transfer.remoteAddress
         self.transfer = transfer
         self.multi = multi
         // Until `relay`, body bytes wait in the transfer (it pauses once 64 KiB do).

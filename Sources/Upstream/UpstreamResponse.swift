@@ -17,6 +17,8 @@ public final class UpstreamResponse {
     /// Transfer-Encoding describes the upstream hop only.
     public let headers: [HTTPField]
     public let timing: UpstreamTiming
+    /// The address of the connection that carried the exchange, "ip:port" ("[ip]:port" for IPv6).
+    public let remoteAddress: String?
     private var transfer: CurlTransfer?
     private let pool: TransferPool
     private var failure: UpstreamError?
@@ -25,6 +27,7 @@ public final class UpstreamResponse {
         status = transfer.status
         headers = transfer.responseHeaders
         timing = transfer.timing
+        remoteAddress = transfer.remoteAddress
         self.transfer = transfer
         self.pool = pool
     }

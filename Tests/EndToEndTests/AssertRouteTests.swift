@@ -298,7 +298,7 @@ final class AssertRouteTests: XCTestCase {
         _ = try env.request("GET", "/public/metrics-probe")
         let metrics = try env.admin("/metrics")
         XCTAssertEqual(metrics.status, 200)
-        XCTAssertTrue(metrics.text.contains("gateway_requests_total{route=\"/\",decision=\"pass\",reason=\"\"}"), metrics.text)
+        XCTAssertTrue(metrics.text.contains("gateway_requests_total{route=\"/\",decision=\"pass\",reason=\"\",code=\"2xx\"} 1\n"), metrics.text)
         XCTAssertTrue(metrics.text.contains("gateway_request_duration_seconds_bucket"))
         XCTAssertEqual(try env.request("GET", "/healthz").forwarded("X-Attest-Status"), ["unverified"], "admin paths are not on the public port")
     }

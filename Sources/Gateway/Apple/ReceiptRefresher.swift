@@ -126,6 +126,11 @@ final class ReceiptRefresher: Sendable {
             fields["schedule_error"] = error.reasonCode
         }
         log.event(outcome == "refreshed" || outcome == "too_early" ? .info : .warn, "receipt_refresh", fields)
-        metrics.increment("gateway_receipt_refreshes_total", ["outcome": outcome], help: "Receipt exchanges with Apple, by outcome.")
+        var updates = [Metrics.Update.count("gateway_receipt_refreshes_total", ["outcome": outcome], help: MetricHelp.receiptRefreshes)]
+        if let risk = fields["risk_metric"] as? Int {
+            updates.append(.observe("gateway_receipt_risk_metric", [:], value: Double(risk), buckets: MetricHelp.riskMetricBuckets,
+                                    help: MetricHelp.riskMetric))
+        }
+        metrics.apply(updates)
     }
 }

@@ -17,6 +17,8 @@ public struct GatewayConfig: Sendable {
     public let server: ServerLimits
     /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`.
     public let hardening: RequestHardening
+    /// `server.trusted_proxies`, `server.client_ip_header`: where logs take the client's address from.
+    public let clientAddress: ClientAddressPolicy
     public let log: LogConfig
     /// In file order.
     public let upstreams: [UpstreamConfig]
@@ -76,7 +78,9 @@ public struct GatewayConfig: Sendable {
         let prefix = readPrefix(top)
         let redis = RedisConfig.read(top.section("redis"))
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
-        let (server, hardening) = readServer(top.section("server"))
+        let serverSection = top.section("server")
+        let clientAddress = ClientAddressPolicy.read(serverSection)
+        let (server, hardening) = readServer(serverSection)
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
@@ -89,7 +93,8 @@ public struct GatewayConfig: Sendable {
             node.invalid("routes[\(route.index)] accepts tokens, which need an app_attest.token section (signing_key_file)")
         }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             appAttest: appAttest, server: server, hardening: hardening, clientAddress: clientAddress, log: log,
+                             upstreams: upstreams, routes: routes, apple: apple)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {

@@ -10,6 +10,7 @@ extension GatewayConfig {
                                      challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit,
                                      token: appAttest.token)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
-                             server: server, hardening: hardening, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             server: server, hardening: hardening, clientAddress: clientAddress, log: log, upstreams: upstreams,
+                             routes: routes, apple: apple)
     }
 }

@@ -61,10 +61,12 @@ public final class EventLog: Sendable {
         write(object)
     }
 
-    /// A request line (always written: it is the audit trail); `fields` holds everything but time and event.
-    func request(_ fields: JSONLine) {
+    /// A request line (always written, whatever the level: it is the audit trail); `fields` holds
+    /// everything but time, level and event.
+    func request(_ fields: JSONLine, level: Level) {
         var line = JSONLine()
         line.string("time", EventLog.timestamp())
+        line.string("level", level.rawValue)
         line.string("event", "request")
         line.merge(fields)
         write(bytes: line.line)

@@ -13,12 +13,16 @@ public final class Metrics: Sendable {
         enum Kind: Sendable {
             case count(Double)
             case observe(Double)
+            /// Creates the histogram series without an observation (exported at zero).
+            case declare
         }
 
         let name: String
         let labels: String
         let kind: Kind
         let help: String
+        /// Histogram bucket bounds (latency unless said otherwise); fixed by the first update of a series.
+        var bounds: [Double] = Metrics.latencyBuckets
 
         public static func count(_ name: String, _ labels: KeyValuePairs<String, String>, by value: Double = 1, help: String = "") -> Update {
             Update(name: name, labels: Metrics.render(labels), kind: .count(value), help: help)
@@ -26,6 +30,18 @@ public final class Metrics: Sendable {
 
         public static func observe(_ name: String, _ labels: KeyValuePairs<String, String>, seconds: Double, help: String = "") -> Update {
             Update(name: name, labels: Metrics.render(labels), kind: .observe(seconds), help: help)
+        }
+
+        /// An observation of something other than time, into `buckets`.
+        public static func observe(_ name: String, _ labels: KeyValuePairs<String, String>, value: Double, buckets: [Double],
+                                   help: String = "") -> Update {
+            Update(name: name, labels: Metrics.render(labels), kind: .observe(value), help: help, bounds: buckets)
+        }
+
+        /// A histogram series exported at zero until its first observation.
+        public static func declareHistogram(_ name: String, _ labels: KeyValuePairs<String, String>,
+                                            buckets: [Double] = Metrics.latencyBuckets, help: String = "") -> Update {
+            Update(name: name, labels: Metrics.render(labels), kind: .declare, help: help, bounds: buckets)
         }
 
         var key: String { name + labels }
@@ -40,9 +56,17 @@ public final class Metrics: Sendable {
     private struct Histogram {
         let name: String
         let labels: String
-        var buckets: [UInt64] = Array(repeating: 0, count: Metrics.latencyBuckets.count)
+        let bounds: [Double]
+        var buckets: [UInt64]
         var count: UInt64 = 0
         var sum: Double = 0
+
+        init(name: String, labels: String, bounds: [Double]) {
+            self.name = name
+            self.labels = labels
+            self.bounds = bounds
+            buckets = Array(repeating: 0, count: bounds.count)
+        }
 
         mutating func record(_ seconds: Double, bucket: Int?) {
             if let bucket { buckets[bucket] += 1 }
@@ -82,7 +106,7 @@ public final class Metrics: Sendable {
     public func apply(_ updates: [Update]) {
         let bucketIndexes = updates.map { update -> Int? in
             guard case .observe(let seconds) = update.kind else { return nil }
-            return Metrics.latencyBuckets.firstIndex { seconds <= $0 }
+            return update.bounds.firstIndex { seconds <= $0 }
         }
         shard.state.withLock { state in
             for (update, bucket) in zip(updates, bucketIndexes) {
@@ -92,8 +116,13 @@ public final class Metrics: Sendable {
                     if state.help[update.name] == nil { state.help[update.name] = ("counter", update.help) }
                 case .observe(let seconds):
                     // Modified in place: a copy taken out and stored back duplicated the bucket array each time.
-                    state.histograms[update.key, default: Histogram(name: update.name, labels: update.labels)]
+                    state.histograms[update.key, default: Histogram(name: update.name, labels: update.labels, bounds: update.bounds)]
                         .record(seconds, bucket: bucket)
+                    if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
+                case .declare:
+                    if state.histograms[update.key] == nil {
+                        state.histograms[update.key] = Histogram(name: update.name, labels: update.labels, bounds: update.bounds)
+                    }
                     if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
                 }
             }
@@ -114,7 +143,7 @@ public final class Metrics: Sendable {
                 merged.counters[key, default: Counter(name: counter.name, labels: counter.labels, value: 0)].value += counter.value
             }
             for (key, histogram) in state.histograms {
-                var sum = merged.histograms[key] ?? Histogram(name: histogram.name, labels: histogram.labels)
+                var sum = merged.histograms[key] ?? Histogram(name: histogram.name, labels: histogram.labels, bounds: histogram.bounds)
                 sum.buckets = zip(sum.buckets, histogram.buckets).map(+)
                 sum.count += histogram.count
                 sum.sum += histogram.sum
@@ -134,7 +163,7 @@ public final class Metrics: Sendable {
         for (_, histogram) in snapshot.histograms.sorted(by: { $0.key < $1.key }) {
             describe(histogram.name)
             var cumulative: UInt64 = 0
-            for (index, bound) in Metrics.latencyBuckets.enumerated() {
+            for (index, bound) in histogram.bounds.enumerated() {
                 cumulative += histogram.buckets[index]
                 output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"\(bound)\"")) \(cumulative)\n"
             }

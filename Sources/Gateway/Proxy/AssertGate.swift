@@ -134,8 +134,7 @@ struct AssertGate {
                 if let entry = try loadKey(candidate.keyId) { found = (candidate.keyId, entry) }
             }
         }
-        metrics.increment("gateway_key_recoveries_total", ["result": found == nil ? "unknown" : "registered"],
-                          help: "Assertions without X-App-Attest-Key-Id whose key was recovered from the signature.")
+        metrics.increment("gateway_key_recoveries_total", ["result": found == nil ? "unknown" : "registered"], help: MetricHelp.keyRecoveries)
         guard let found else { throw .keyUnknown }
         record.keyId = Base64.encode(found.0)
         return found

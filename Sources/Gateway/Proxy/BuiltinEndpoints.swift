@@ -53,10 +53,10 @@ struct BuiltinEndpoints {
         guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
         switch endpoint {
         case .attestChallenge:
-            try admitChallenge(request)
+            try admitChallenge(record)
             return challengeResponse(try runtime.challenges.codec().issue(.attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds))
         case .assertChallenge:
-            return challengeResponse(try assertChallenge(request))
+            return challengeResponse(try assertChallenge(request, record: record))
         case .attestVerify:
             return try register(request, record: record)
         case .verifyDevice:
@@ -88,7 +88,7 @@ struct BuiltinEndpoints {
     }
 
     /// Without `key_id` any key may use the challenge (once); with it, only that key (the key id is MAC'd).
-    private func assertChallenge(_ request: HTTPRequest) throws(GatewayError) -> String {
+    private func assertChallenge(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> String {
         var keyId: [UInt8]?
         if let keyIdText = QueryString.value(of: "key_id", in: request.query) {
             guard let bytes = Base64.decode(keyIdText), bytes.count == 32 else {
@@ -96,13 +96,13 @@ struct BuiltinEndpoints {
             }
             keyId = bytes
         }
-        try admitChallenge(request)
+        try admitChallenge(record)
         return try runtime.challenges.codec().issue(.assert, keyId: keyId, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds)
     }
 
-    /// `app_attest.challenge_rate_limit`, per client address.
-    private func admitChallenge(_ request: HTTPRequest) throws(GatewayError) {
-        if let seconds = runtime.challengeLimiter?.admit(request.clientAddress) { throw .challengeRateLimited(retryAfterSeconds: seconds) }
+    /// `app_attest.challenge_rate_limit`, per client address (`server.trusted_proxies` applied).
+    private func admitChallenge(_ record: RequestRecord) throws(GatewayError) {
+        if let seconds = runtime.challengeLimiter?.admit(record.clientIP) { throw .challengeRateLimited(retryAfterSeconds: seconds) }
     }
 
     private func challengeResponse(_ challenge: String) -> HTTPResponse {

@@ -36,6 +36,7 @@ struct Forwarder {
             throw GatewayError(error)
         }
         record.upstreamStatus = stream.status
+        record.upstreamAddr = stream.remoteAddress
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
         let headers = ForwardingRules.responseHeaders(stream.headers).filter { !$0.hasName("X-Request-Id") }
             + [HTTPField("X-Request-Id", record.requestId)]

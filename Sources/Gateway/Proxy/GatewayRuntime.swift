@@ -67,6 +67,7 @@ public final class GatewayRuntime: Sendable {
                 apple = try AppleRuntime(config: appleConfig, log: log, metrics: metrics)
             }
         }
+        metrics.apply(KnownSeries(config: config).updates)
         let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
         return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
                               tokens: tokens, previous: previous)

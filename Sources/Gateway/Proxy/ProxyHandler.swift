@@ -40,6 +40,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let record = RequestRecord(requestId: RequestID.accept([]), method: method,
                                    path: String(target.prefix { $0 != "?" }.prefix(512)), bytesIn: 0)
         record.decision = "rejected"
+        record.clientIP = clientAddress
         record.reason = reason
         record.status = status
         record.finish(log: log, metrics: metrics)
@@ -50,6 +51,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let head = exchange.head
         let record = RequestRecord(requestId: RequestID.accept(head.headers.values(named: "X-Request-Id")),
                                    method: head.method, path: head.path, bytesIn: 0)
+        record.capture(head, clientAddress: runtime.config.clientAddress)
         // The line is written when the response has been sent (or failed), with what was really sent.
         exchange.onFinished = { [log, metrics, unowned exchange] outcome in
             record.status = exchange.status ?? record.status

@@ -26,6 +26,12 @@ final class RequestRecord: @unchecked Sendable {
     var upstreamMs: Double?
     /// How the response ended; nil for requests the server refused before a handler ran.
     var outcome: ExchangeOutcome?
+    // Access-log fields (AccessLogFields.swift); the upstream's address from the forwarder.
+    var clientIP = ""
+    var forwardedFor: String?
+    var userAgent: String?
+    var traceparent: String?
+    var upstreamAddr: String?
     private let finished = Atomic<Bool>(false)
 
     init(requestId: String, method: String, path: String, bytesIn: Int) {
@@ -52,10 +58,15 @@ final class RequestRecord: @unchecked Sendable {
         if let reason { line.string("reason", reason) }
         line.int("status", status)
         if let attestMethod { line.string("attest_method", attestMethod) }
+        line.string("client_ip", clientIP)
+        if let forwardedFor { line.string("forwarded_for", forwardedFor) }
+        if let userAgent { line.string("user_agent", userAgent) }
+        if let traceparent { line.string("traceparent", traceparent) }
         if let keyId { line.string("key_id", String(keyId.prefix(12))) }
         if let counter { line.int("counter", Int(counter)) }
         if let riskMetric { line.int("risk_metric", riskMetric) }
         if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
+        if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
         line.int("bytes_in", bytesIn)
         line.int("bytes_out", bytesOut)
         if let outcome { line.string("outcome", outcome.rawValue) }
@@ -63,14 +74,15 @@ final class RequestRecord: @unchecked Sendable {
         if let verifyMs { line.number("verify_ms", verifyMs) }
         if let storeMs { line.number("store_ms", storeMs) }
         if let upstreamMs { line.number("upstream_ms", upstreamMs) }
-        log.request(line)
+        log.request(line, level: status >= 500 ? .error : .info)
         // One lock for all of this request's metrics: with hundreds of connection threads, several
         // acquisitions per request were a contention point.
+        let code = KnownSeries.code(status)
         var updates = [
-            Metrics.Update.count("gateway_requests_total", ["route": route, "decision": decision, "reason": reason ?? ""],
-                                 help: "Requests by route, decision and reason code."),
-            Metrics.Update.observe("gateway_request_duration_seconds", ["route": route], seconds: totalMs / 1000,
-                                   help: "Time from request received to response finished."),
+            Metrics.Update.count("gateway_requests_total", ["route": route, "decision": decision, "reason": reason ?? "", "code": code],
+                                 help: MetricHelp.requests),
+            Metrics.Update.observe("gateway_request_duration_seconds", ["route": route, "code": code], seconds: totalMs / 1000,
+                                   help: MetricHelp.requestDuration),
         ]
         if let upstreamMs, upstreamStatus != nil {
             updates.append(.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,

@@ -1,0 +1,12 @@
+import Foundation
+
+extension AttestStore {
+    /// Keys whose receipt refresh is due at `now` and not leased (leased ones are scored in the future):
+    /// the refreshers' backlog, for /metrics.
+    public func dueReceiptCount(now: Date) throws(StoreError) -> Int {
+        let command = [Array("ZCOUNT".utf8), keys.receiptSchedule, Array("-inf".utf8), Array(String(KeyRecord.seconds(now)).utf8)]
+        let reply = try pool.with { connection throws(StoreError) in try connection.command(command) }
+        guard case .integer(let count) = reply else { throw reply.storeError(context: "ZCOUNT of the receipt schedule") }
+        return Int(count)
+    }
+}

@@ -1,0 +1,194 @@
+import AssertionCheck
+import Foundation
+@testable import Gateway
+import TestSupport
+import Upstream
+import XCTest
+
+/// The parts behind the access log and /metrics, each on its own: client address resolution, trace
+/// context, the reason catalogue and the zero series it generates, process metrics.
+final class ObservabilityPartsTests: XCTestCase {
+    private func policy(_ networks: [String], header: ClientAddressPolicy.Header = .xForwardedFor) -> ClientAddressPolicy {
+        ClientAddressPolicy(trustedProxies: networks.compactMap(IPNetwork.init), header: header)
+    }
+
+    func testForwardedHeadersAreIgnoredUnlessThePeerIsATrustedProxy() {
+        let spoofed = [HTTPField("X-Forwarded-For", "1.2.3.4")]
+        XCTAssertEqual(policy([]).resolve(peer: "198.51.100.7", headers: spoofed).client, "198.51.100.7")
+        XCTAssertNil(policy([]).resolve(peer: "198.51.100.7", headers: spoofed).chain)
+        let untrusted = policy(["10.0.0.0/8"]).resolve(peer: "198.51.100.7", headers: spoofed)
+        XCTAssertEqual(untrusted.client, "198.51.100.7", "a client talking to the gateway directly cannot name another address")
+        XCTAssertNil(untrusted.chain)
+    }
+
+    func testTheChainIsWalkedFromTheRightPastTrustedHops() {
+        let trusted = policy(["10.0.0.0/8", "192.168.1.1"])
+        // The client prepended a fake entry; the load balancers appended what they saw.
+        let headers = [HTTPField("X-Forwarded-For", "6.6.6.6, 203.0.113.9"), HTTPField("X-Forwarded-For", "192.168.1.1")]
+        let resolved = trusted.resolve(peer: "10.1.2.3", headers: headers)
+        XCTAssertEqual(resolved.client, "203.0.113.9")
+        XCTAssertEqual(resolved.chain, "6.6.6.6, 203.0.113.9, 192.168.1.1, 10.1.2.3")
+        // Every hop trusted: the leftmost is the client. Garbage stops the walk at the last trusted hop.
+        XCTAssertEqual(trusted.resolve(peer: "10.1.2.3", headers: [HTTPField("X-Forwarded-For", "10.9.9.9")]).client, "10.9.9.9")
+        XCTAssertEqual(trusted.resolve(peer: "10.1.2.3", headers: [HTTPField("X-Forwarded-For", "1.1.1.1, nonsense, 10.0.0.5")]).client,
+                       "10.0.0.5")
+        // A trusted peer without the header is itself the client.
+        XCTAssertEqual(trusted.resolve(peer: "10.1.2.3", headers: []).client, "10.1.2.3")
+        XCTAssertNil(trusted.resolve(peer: "10.1.2.3", headers: []).chain)
+    }
+
+    func testForwardedHeaderPortsAndIPv6() {
+        let trusted = policy(["::1", "fd00::/8"], header: .forwarded)
+        let headers = [HTTPField("Forwarded", "for=\"[2001:db8::17]:4711\";proto=https, for=fd00::5;by=x")]
+        XCTAssertEqual(trusted.resolve(peer: "::1", headers: headers).client, "2001:db8::17")
+        XCTAssertEqual(trusted.resolve(peer: "::1", headers: [HTTPField("X-Forwarded-For", "1.2.3.4")]).client, "::1",
+                       "with client_ip_header: forwarded, X-Forwarded-For is not read")
+        let v4 = policy(["127.0.0.1"])
+        XCTAssertEqual(v4.resolve(peer: "::ffff:127.0.0.1", headers: [HTTPField("X-Forwarded-For", "192.0.2.1:5555")]).client, "192.0.2.1",
+                       "an IPv4-mapped peer matches its IPv4 block, and a port after an IPv4 hop is dropped")
+    }
+
+    func testNetworksParseAndMatchByPrefix() {
+        XCTAssertNil(IPNetwork("10.0.0.0/33"))
+        XCTAssertNil(IPNetwork("10.0.0/8"))
+        XCTAssertNil(IPNetwork("example.com"))
+        XCTAssertNil(IPNetwork("10.0.0.0/+8"))
+        let block = try! XCTUnwrap(IPNetwork("172.16.0.0/12"))
+        XCTAssertTrue(block.contains(IPAddress("172.31.255.255")!))
+        XCTAssertFalse(block.contains(IPAddress("172.32.0.0")!))
+        XCTAssertFalse(block.contains(IPAddress("::1")!))
+        XCTAssertTrue(IPNetwork("0.0.0.0/0")!.contains(IPAddress("8.8.8.8")!))
+        XCTAssertTrue(IPNetwork("2001:db8::/32")!.contains(IPAddress("2001:db8:ffff::1")!))
+    }
+
+    func testTrustedProxiesAreValidatedLikeEveryOtherKey() throws {
+        let base = """
+        app_attest: { apps: ["TEAMID1234.com.example.app"] }
+        upstreams: { api: { url: "http://127.0.0.1:9000" } }
+        routes: [ { path_prefix: "/", upstream: api, policy: pass } ]
+        """
+        let good = try GatewayConfig.parse(yaml: base + "\nserver: { trusted_proxies: [\"10.0.0.0/8\", \"::1\"], client_ip_header: forwarded }")
+        XCTAssertEqual(good.clientAddress.trustedProxies.count, 2)
+        XCTAssertEqual(good.clientAddress.header, .forwarded)
+        XCTAssertThrowsError(try GatewayConfig.parse(yaml: base + "\nserver: { trusted_proxies: [\"10.0.0.0/99\"], client_ip_header: x-real-ip }")) { error in
+            let issues = (error as? ConfigError)?.issues.map(\.description) ?? []
+            XCTAssertTrue(issues.contains { $0.contains("server.trusted_proxies[0]") && $0.contains("CIDR") }, "\(issues)")
+            XCTAssertTrue(issues.contains { $0.contains("server.client_ip_header") && $0.contains("x-forwarded-for") }, "\(issues)")
+        }
+        XCTAssertThrowsError(try GatewayConfig.parse(yaml: base + "\nserver: { trustedproxies: [\"10.0.0.1\"] }")) { error in
+            XCTAssertTrue("\(error)".contains("did you mean \"trusted_proxies\""), "\(error)")
+        }
+    }
+
+    func testTraceParentFollowsW3CTraceContext() {
+        XCTAssertTrue(TraceParent.isValid("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+        XCTAssertTrue(TraceParent.isValid("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"), "future versions may add fields")
+        for invalid in ["00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  // upper case
+                        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  // zero trace id
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  // zero parent id
+                        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  // forbidden version
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",  // v00 is exactly 55
+                        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",  // short
+                        "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", ""] {
+            XCTAssertFalse(TraceParent.isValid(invalid), invalid)
+        }
+    }
+
+    func testUserAgentIsCutAtACharacterBoundary() {
+        XCTAssertEqual(RequestRecord.truncated("curl/8.0"), "curl/8.0")
+        let long = String(repeating: "a", count: 255) + "é" + "tail"
+        let cut = RequestRecord.truncated(long)
+        XCTAssertEqual(cut, String(repeating: "a", count: 255), "é straddles byte 256: it goes whole")
+        XCTAssertEqual(RequestRecord.truncated(String(repeating: "b", count: 1000)).utf8.count, RequestRecord.maxUserAgentBytes)
+    }
+
+    /// The catalogue must hold every case of GatewayError, or a new reason gets no zero series.
+    func testReasonCatalogueHoldsEveryGatewayErrorCase() throws {
+        let source = try String(contentsOfFile: TestPaths.repository + "/Sources/Gateway/Proxy/GatewayError.swift", encoding: .utf8)
+        let body = source.components(separatedBy: "public enum GatewayError")[1].components(separatedBy: "public var reasonCode")[0]
+        let declared = Set(body.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard trimmed.hasPrefix("case ") else { return nil }
+            return String(trimmed.dropFirst(5).prefix { $0.isLetter || $0.isNumber })
+        })
+        XCTAssertGreaterThan(declared.count, 20)
+        let catalogued = Set(ReasonCatalog.catalogue.map { error -> String in
+            Mirror(reflecting: error).children.first?.label ?? "\(error)"
+        })
+        XCTAssertEqual(declared.subtracting(catalogued), [], "add a sample of each new case to ReasonCatalog.catalogue")
+        XCTAssertEqual(Set(VerificationError.Reason.allCases.map(\.rawValue)).subtracting(ReasonCatalog.catalogue.map(\.reasonCode)), [])
+    }
+
+    func testZeroSeriesFollowWhatEachRouteCanDo() throws {
+        let config = try GatewayConfig.parse(yaml: """
+        app_attest: { apps: ["TEAMID1234.com.example.app"] }
+        upstreams: { api: { url: "http://127.0.0.1:9000" } }
+        routes:
+          - { path_prefix: "/enforce/", methods: [POST], upstream: api, policy: assert, rate_limit: { requests: 5, per_seconds: 60 } }
+          - { path_prefix: "/report/", upstream: api, policy: assert, mode: report, client_data: body }
+          - { path_prefix: "/closed/", policy: deny }
+          - { path_prefix: "/", upstream: api, policy: pass }
+        """)
+        let series = Set(KnownSeries(config: config).requests)
+        func has(_ route: String, _ decision: String, _ reason: String, _ code: String) -> Bool {
+            series.contains(KnownSeries.Request(route: route, decision: decision, reason: reason, code: code))
+        }
+        XCTAssertTrue(has("/enforce/", "denied", "signature_invalid", "4xx"))
+        XCTAssertTrue(has("/enforce/", "denied", "rate_limited", "4xx"))
+        XCTAssertTrue(has("/enforce/", "denied", "method_not_allowed", "4xx"))
+        XCTAssertTrue(has("/enforce/", "denied", "store_unavailable", "5xx"))
+        XCTAssertTrue(has("/enforce/", "denied", "body_hash_mismatch", "4xx"))
+        XCTAssertTrue(has("/enforce/", "upstream_error", "upstream_timeout", "5xx"))
+        for code in KnownSeries.forwardedCodes { XCTAssertTrue(has("/enforce/", "verified", "", code)) }
+        XCTAssertFalse(has("/enforce/", "devicecheck", "", "2xx"), "no fallback on this route")
+        XCTAssertFalse(has("/enforce/", "denied", "device_flagged", "4xx"))
+        XCTAssertTrue(has("/report/", "report_failed", "signature_invalid", "5xx"), "report mode forwards: the upstream's status")
+        XCTAssertFalse(has("/report/", "report_failed", "body_hash_mismatch", "2xx"), "body client data has no request binding")
+        XCTAssertFalse(has("/report/", "report_failed", "rate_limited", "2xx"))
+        XCTAssertFalse(has("/report/", "denied", "method_not_allowed", "4xx"), "no methods listed")
+        XCTAssertTrue(has("/report/", "denied", "body_too_large", "4xx"))
+        XCTAssertTrue(has("/closed/", "denied", "route_denied", "4xx"))
+        XCTAssertFalse(series.contains { $0.route == "/closed/" && $0.decision == "upstream_error" })
+        XCTAssertTrue(has("/", "pass", "", "5xx"))
+        XCTAssertFalse(series.contains { $0.route == "/" && $0.decision == "denied" && $0.reason == "signature_invalid" })
+        XCTAssertTrue(has("-", "denied", "route_not_found", "4xx"))
+        XCTAssertTrue(has("-", "rejected", "unsupported_transfer_encoding", "5xx"))
+        XCTAssertTrue(has("builtin:/attest/verify", "denied", "chain_invalid", "4xx"))
+        XCTAssertFalse(series.contains { $0.route == "builtin:/verify-device" }, "no apple: section")
+
+        let metrics = Metrics()
+        metrics.apply(KnownSeries(config: config).updates)
+        let text = metrics.exposition()
+        XCTAssertTrue(text.contains("gateway_requests_total{route=\"/enforce/\",decision=\"denied\",reason=\"rate_limited\",code=\"4xx\"} 0\n"))
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_count{route=\"/report/\",code=\"2xx\"} 0\n"))
+        XCTAssertTrue(text.contains("gateway_upstream_errors_total{upstream=\"api\",reason=\"upstream_timeout\"} 0\n"))
+        XCTAssertFalse(text.contains("gateway_apple_calls_total"))
+        // Seeding again (a reload) keeps counts: zero series only add what is missing.
+        metrics.increment("gateway_requests_total", ["route": "/", "decision": "pass", "reason": "", "code": "2xx"], help: MetricHelp.requests)
+        metrics.apply(KnownSeries(config: config).updates)
+        XCTAssertTrue(metrics.exposition().contains("gateway_requests_total{route=\"/\",decision=\"pass\",reason=\"\",code=\"2xx\"} 1\n"))
+    }
+
+    func testHistogramsWithTheirOwnBuckets() {
+        let metrics = Metrics()
+        metrics.apply([.observe("gateway_receipt_risk_metric", [:], value: 4, buckets: MetricHelp.riskMetricBuckets, help: MetricHelp.riskMetric)])
+        let text = metrics.exposition()
+        XCTAssertTrue(text.contains("gateway_receipt_risk_metric_bucket{le=\"3.0\"} 0\n"), text)
+        XCTAssertTrue(text.contains("gateway_receipt_risk_metric_bucket{le=\"5.0\"} 1\n"), text)
+        XCTAssertTrue(text.contains("gateway_receipt_risk_metric_sum 4.0\n"), text)
+    }
+
+    func testProcessMetricsComeFromProc() throws {
+        let stat = try XCTUnwrap(ProcessMetrics.readStat())
+        XCTAssertGreaterThan(stat.rss, 0)
+        let start = try XCTUnwrap(ProcessMetrics.bootTime()) + Double(stat.starttime) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        XCTAssertLessThanOrEqual(start, Date().timeIntervalSince1970 + 1)
+        XCTAssertGreaterThan(start, Date().timeIntervalSince1970 - 3600, "this test process started within the hour")
+        let before = try XCTUnwrap(ProcessMetrics.openDescriptors())
+        let descriptor = open("/dev/null", O_RDONLY)
+        defer { close(descriptor) }
+        XCTAssertEqual(ProcessMetrics.openDescriptors(), before + 1)
+        XCTAssertTrue(BuildInfo.exposition.contains("gateway_build_info{version=\"\(BuildInfo.version)\",commit=\"unknown\",swift=\""),
+                      "test builds carry no commit: \(BuildInfo.exposition)")
+    }
+}
