@@ -77,7 +77,11 @@ public actor AttestClient {
         return try await prove(request, clientData: clientData, proof: proof, deviceToken: deviceToken, recovery: &recovery)
     }
 
-    /// Proves, sends and recovers: one retry with a fresh challenge after `challenge_unknown` or
+    /// What a fresh challenge and a new assertion can fix (`challenge_unknown`: gateways before stateless challenges).
+    static let freshChallengeReasons: Set<String> = ["challenge_expired", "challenge_reused", "challenge_invalid", "challenge_wrong_kind",
+                                                     "challenge_unknown", "counter_not_increasing"]
+
+    /// Proves, sends and recovers: one retry with a fresh challenge after a challenge reason or
     /// `counter_not_increasing`; a new key after `key_unknown`, `key_revoked` or `DCError.invalidKey`; a
     /// DeviceCheck token added after `device_token_missing` (and a new one after `device_token_reused` or
     /// `device_token_invalid`); back-off on the gateway's own `503`. Each retry is safe for any method: when
@@ -132,7 +136,7 @@ public actor AttestClient {
             let signed = proof.isAppAttest
             let tokenSent = deviceToken || proof.isDeviceCheck
             let reason = rejection.reason
-            if signed, !recovery.freshChallenge, reason == "challenge_unknown" || reason == "counter_not_increasing" {
+            if signed, !recovery.freshChallenge, Self.freshChallengeReasons.contains(reason) {
                 recovery.freshChallenge = true
             } else if signed, !recovery.newKey, reason == "key_unknown" || reason == "key_revoked" {
                 recovery.newKey = true
@@ -250,7 +254,7 @@ public actor AttestClient {
             }
             // The challenge expired while Apple was slow, or the id is taken: a new key, once. The old key is
             // attested already, so attestKey would refuse it.
-            if !startedOver, ["challenge_unknown", "key_already_registered"].contains(rejection.reason) {
+            if !startedOver, Self.freshChallengeReasons.union(["key_already_registered"]).contains(rejection.reason) {
                 startedOver = true
                 continue
             }

@@ -52,7 +52,7 @@ public enum AssertionVerifier {
     }
 
     /// {signature: bytes, authenticatorData: bytes}
-    private static func decode(_ assertion: [UInt8]) throws(VerificationError) -> (signature: [UInt8], authData: [UInt8]) {
+    static func decode(_ assertion: [UInt8]) throws(VerificationError) -> (signature: [UInt8], authData: [UInt8]) {
         guard !assertion.isEmpty, assertion.count <= maxAssertionBytes else {
             throw VerificationError(.badAssertion, "assertion is \(assertion.count) bytes, expected 1...\(maxAssertionBytes)")
         }

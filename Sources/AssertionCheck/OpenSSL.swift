@@ -1,8 +1,8 @@
 import COpenSSL
 import Foundation
 
-// The only file of AssertionCheck that touches OpenSSL: every pointer is owned by one of these types and
-// freed in its deinit; the rest of the module sees [UInt8], Bool and Swift errors.
+// With KeyRecovery.swift, the only files of AssertionCheck that touch OpenSSL: every pointer is owned by one
+// of these types and freed in its deinit (or its scope); the rest of the module sees [UInt8], Bool and Swift errors.
 
 /// SHA-256 through OpenSSL's low-level SHA256_Init/Update/Final: in OpenSSL 3 the one-shot SHA256()
 /// and EVP_Digest fetch the algorithm from the provider on every call, which costs more than hashing
@@ -39,9 +39,9 @@ public final class P256PublicKey: @unchecked Sendable {
     ]
 
     /// The P-256 group, shared read-only by every key (OpenSSL's group objects are large).
-    private static let group = SharedGroup()
+    static let group = SharedGroup()
 
-    private final class SharedGroup: @unchecked Sendable {
+    final class SharedGroup: @unchecked Sendable {
         let pointer: OpaquePointer = EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1)
     }
 

@@ -82,7 +82,7 @@ final class AttestClientTests: XCTestCase {
         // The same bytes again are a replay: the challenge is used up.
         let (replay, replayResponse) = try await env.session.data(for: signed)
         XCTAssertEqual(replayResponse.status, 409)
-        XCTAssertEqual((replayResponse as? HTTPURLResponse)?.value(forHTTPHeaderField: "X-Attest-Error"), "challenge_unknown",
+        XCTAssertEqual((replayResponse as? HTTPURLResponse)?.value(forHTTPHeaderField: "X-Attest-Error"), "challenge_reused",
                        String(decoding: replay, as: UTF8.self))
     }
 
@@ -170,7 +170,7 @@ final class AttestClientTests: XCTestCase {
         service.delayAssertions([Double(ClientEnvironment.challengeTTL) + 1])
         let (data, response) = try await client.data(for: URLRequest("POST", url("/secure/slow-device"), body: "{}"))
         XCTAssertEqual(response.status, 200, String(decoding: data, as: UTF8.self))
-        XCTAssertEqual(env.requestLines("/secure/slow-device", count: 2).map { $0["reason"] as? String }, ["challenge_unknown", nil])
+        XCTAssertEqual(env.requestLines("/secure/slow-device", count: 2).map { $0["reason"] as? String }, ["challenge_expired", nil])
         XCTAssertEqual(service.counters, [1, 2])
     }
 

@@ -63,7 +63,7 @@ final class ClientPartsTests: XCTestCase {
             (403, "route_denied", "routeRefused"), (404, "route_not_found", "routeRefused"), (405, "method_not_allowed", "routeRefused"),
             (413, "body_too_large", "routeRefused"), (503, "store_unavailable", "unavailable"), (503, "apple_unavailable", "unavailable"),
             (502, "upstream_unavailable", "unavailable"), (504, "upstream_timeout", "unavailable"),
-            (401, "path_mismatch", "rejected"), (400, "bad_header", "rejected"), (409, "challenge_unknown", "rejected"),
+            (401, "path_mismatch", "rejected"), (400, "bad_header", "rejected"), (409, "challenge_reused", "rejected"),
         ]
         for (status, reason, caseName) in expected {
             XCTAssertEqual(name(mapped(status, reason)), caseName, reason)

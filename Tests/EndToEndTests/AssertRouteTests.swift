@@ -61,7 +61,7 @@ final class AssertRouteTests: XCTestCase {
         XCTAssertEqual(try app.send(request).status, 200)
         let replay = try app.send(request)
         XCTAssertEqual(replay.status, 409)
-        XCTAssertEqual(replay.error, "challenge_unknown")
+        XCTAssertEqual(replay.error, "challenge_reused")
         // Same counter again with a fresh challenge: the counter rule catches it.
         let sameCounter = try app.send(app.signed("POST", "/secure/pay", body: Array("1 EUR".utf8), counter: app.device.counter))
         XCTAssertEqual(sameCounter.status, 409)
@@ -137,7 +137,7 @@ final class AssertRouteTests: XCTestCase {
 
     func testUnknownAndRevokedKeys() throws {
         let stranger = try env.app()
-        let unknown = try stranger.send(stranger.signed("POST", "/secure/x", challenge: "made-up"))
+        let unknown = try stranger.send(stranger.signed("POST", "/secure/x"))
         XCTAssertEqual(unknown.status, 401)
         XCTAssertEqual(unknown.error, "key_unknown")
 
@@ -153,13 +153,15 @@ final class AssertRouteTests: XCTestCase {
         XCTAssertEqual(reply.error, "key_revoked")
     }
 
-    func testChallengeIsSingleUseAndKeyBound() throws {
+    func testChallengeFetchedWithAKeyIdServesOnlyThatKey() throws {
         let app = try registeredApp()
         let other = try registeredApp()
         let challenge = try other.assertChallenge()
         let foreign = try app.send(app.signed("POST", "/secure/x", challenge: challenge))
-        XCTAssertEqual(foreign.error, "challenge_unknown")
-        XCTAssertEqual(try env.request("GET", "/assert/challenge").status, 400)
+        XCTAssertEqual(foreign.status, 409)
+        XCTAssertEqual(foreign.error, "challenge_invalid")
+        XCTAssertEqual(try other.send(other.signed("POST", "/secure/x", challenge: challenge)).status, 200, "its own key may")
+        XCTAssertEqual(try env.request("GET", "/assert/challenge?key_id=short").status, 400)
     }
 
     func testRegistrationRules() throws {
@@ -180,7 +182,7 @@ final class AssertRouteTests: XCTestCase {
         let second = try env.app()
         let replayedChallenge = try second.registerRaw(attestation: try second.device.attest(challenge: challenge), challenge: challenge)
         XCTAssertEqual(replayedChallenge.status, 409)
-        XCTAssertEqual(replayedChallenge.error, "challenge_unknown")
+        XCTAssertEqual(replayedChallenge.error, "challenge_reused")
 
         let garbage = try env.request("POST", "/attest/verify", body: Array("{\"key_id\":1}".utf8))
         XCTAssertEqual(garbage.status, 400)

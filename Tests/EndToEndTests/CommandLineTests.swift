@@ -63,6 +63,25 @@ final class CommandLineTests: XCTestCase {
         XCTAssertEqual(try json(replayOutput)["reason"] as? String, "counter_not_increasing")
     }
 
+    /// Without a public key the candidates are recovered from the signature; --key-id names the one to use.
+    func testVerifyAssertionWithoutAKeyRecoversIt() throws {
+        let v = try vector("ass-warden-ios17")
+        let base = ["verify", "assertion", "--assertion-b64", v["assertion_b64"] as! String, "--client-data-b64", v["client_data_b64"] as! String,
+                    "--app", "\(v["team_id"]!).\(v["bundle_id"]!)", "--previous-counter", "0"]
+        let (status, output) = try gateway(base)
+        XCTAssertEqual(status, 0, output)
+        let result = try json(output)
+        XCTAssertTrue((result["key_id_candidates"] as? [String] ?? []).contains(v["key_id_b64"] as! String), output)
+        XCTAssertNil(result["key_id"], "two candidates verify alike: none is named without --key-id or --config")
+        let (namedStatus, namedOutput) = try gateway(base + ["--key-id", v["key_id_b64"] as! String])
+        XCTAssertEqual(namedStatus, 0, namedOutput)
+        XCTAssertEqual(try json(namedOutput)["key_id"] as? String, v["key_id_b64"] as? String)
+        let (wrongStatus, wrongOutput) = try gateway(base + ["--key-id", Data(repeating: 1, count: 32).base64EncodedString()])
+        XCTAssertEqual(wrongStatus, 1)
+        XCTAssertEqual(try json(wrongOutput)["reason"] as? String, "key_id_mismatch")
+        XCTAssertEqual(try gateway(base + ["--key-id", "AA==", "--config", "x.yaml"]).status, 2)
+    }
+
     func testUsageErrorsExitTwo() throws {
         XCTAssertEqual(try gateway(["verify", "assertion", "--assertion-b64", "!!"]).status, 2)
         XCTAssertEqual(try gateway(["verify", "attestation", "--bogus", "1"]).status, 2)
@@ -75,6 +94,7 @@ final class CommandLineTests: XCTestCase {
         XCTAssertEqual(status, 0, output)
         let last = try XCTUnwrap(output.split(separator: "\n").last)
         XCTAssertTrue(last.hasPrefix("assertions_per_second="), output)
+        XCTAssertTrue(output.contains("ratio_recovery_to_plain="), output)
         XCTAssertGreaterThan(Int(last.dropFirst("assertions_per_second=".count)) ?? 0, 100)
     }
 }

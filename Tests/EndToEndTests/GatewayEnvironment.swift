@@ -20,9 +20,9 @@ final class GatewayEnvironment: @unchecked Sendable {
     /// YAML lines under `app_attest:` (e.g. a `token:` section), indented by the caller.
     let appAttestExtra: String
 
-    /// `routes` is the YAML list under `routes:`; `apple` is appended at the top level.
+    /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level.
     init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil,
-         appAttestExtra: String = "") throws {
+         appAttestExtra: String = "", extra: String = "") throws {
         redis = try RedisTestServer()
         upstream = try ExampleUpstream()
         ca = try TestCA()
@@ -33,7 +33,8 @@ final class GatewayEnvironment: @unchecked Sendable {
         let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
         gateway = try GatewayProcess(directory: directory) { port, admin in
             GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
-                                      routes: routes, challengeTTL: challengeTTL, appAttestExtra: appAttestExtra) + (apple.map { "\n" + $0 } ?? "")
+                                      routes: routes, challengeTTL: challengeTTL, appAttestExtra: appAttestExtra)
+                + (apple.map { "\n" + $0 } ?? "") + (extra.isEmpty ? "" : "\n" + extra)
         }
         client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
     }

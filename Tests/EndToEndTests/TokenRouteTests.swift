@@ -86,7 +86,7 @@ final class TokenRouteTests: XCTestCase {
         let app = try registeredApp()
         let request = try app.signed("POST", "/assert/token")
         XCTAssertEqual(try app.send(request).status, 200)
-        XCTAssertEqual(try app.send(request).error, "challenge_unknown", "a mint request is single-use like any other")
+        XCTAssertEqual(try app.send(request).error, "challenge_reused", "a mint request is single-use like any other")
         XCTAssertEqual(try env.request("POST", "/assert/token").error, "assertion_missing")
         XCTAssertEqual(try env.request("GET", "/assert/token").status, 405)
         let tampered = try app.signed("POST", "/assert/token", body: [1])

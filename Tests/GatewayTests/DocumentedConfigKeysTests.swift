@@ -25,6 +25,7 @@ final class DocumentedConfigKeysTests: XCTestCase {
         try AppleTestKey.pem.write(toFile: directory + "/AuthKey_ABC123DEFG.p8", atomically: true, encoding: .utf8)
         // Any two distinct P-256 keys will do for the example's token section.
         try AppleTestKey.pem.write(toFile: directory + "/token-signing.pem", atomically: true, encoding: .utf8)
+        try String(repeating: "s", count: 48).write(toFile: directory + "/challenge-secret", atomically: true, encoding: .utf8)
         let generate = Process()
         generate.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         generate.arguments = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", directory + "/token-old.pem"]

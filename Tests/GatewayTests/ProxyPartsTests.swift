@@ -100,7 +100,7 @@ final class ProxyPartsTests: XCTestCase {
             (.verification(VerificationError(.badCBOR, "")), 400, "bad_cbor"),
             (.verification(VerificationError(.signatureInvalid, "")), 401, "signature_invalid"),
             (.verification(VerificationError(.counterNotIncreasing, "")), 409, "counter_not_increasing"),
-            (.assertionMissing(""), 401, "assertion_missing"), (.challengeUnknown, 409, "challenge_unknown"),
+            (.assertionMissing(""), 401, "assertion_missing"), (.challengeReused, 409, "challenge_reused"),
             (.keyRevoked, 403, "key_revoked"), (.methodNotAllowed(allowed: ["POST"]), 405, "method_not_allowed"),
             (.bodyTooLarge(limit: 1), 413, "body_too_large"), (.storeUnavailable(""), 503, "store_unavailable"),
             (.upstreamUnavailable(""), 502, "upstream_unavailable"), (.upstreamTimeout(""), 504, "upstream_timeout"),

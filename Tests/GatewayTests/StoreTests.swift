@@ -3,7 +3,7 @@ import Foundation
 import Gateway
 import XCTest
 
-/// Challenges, registration and key records against a real redis-server.
+/// Spent challenges, registration and key records against a real redis-server.
 final class StoreTests: XCTestCase {
     var fixture: StoreFixture!
     var store: AttestStore { fixture.store }
@@ -11,55 +11,78 @@ final class StoreTests: XCTestCase {
     override func setUpWithError() throws { fixture = try StoreFixture() }
     override func tearDown() { fixture = nil }
 
-    func testAttestChallengeIsSingleUse() throws {
-        let challenge = try store.issueAttestChallenge(ttlSeconds: 60)
-        XCTAssertEqual(challenge.utf8.count, 43, "base64url of 32 random bytes")
-        XCTAssertNotEqual(challenge, try store.issueAttestChallenge(ttlSeconds: 60))
-        XCTAssertTrue(try store.consumeAttestChallenge(challenge))
-        XCTAssertFalse(try store.consumeAttestChallenge(challenge))
+    func use(_ id: String = Base64.encodeURLSafe(StoreFixture.randomBytes(16)), bound: Bool = false, ttlMs: Int = 60_000) -> ChallengeUse {
+        ChallengeUse(id: id, boundToKey: bound, ttlMs: ttlMs)
     }
 
-    func testUnknownAndMalformedChallengesAreNotAccepted() throws {
-        XCTAssertFalse(try store.consumeAttestChallenge("never-issued"))
-        XCTAssertFalse(try store.consumeAttestChallenge(""))
-        XCTAssertFalse(try store.consumeAttestChallenge(String(repeating: "A", count: 10_000)))
-        XCTAssertFalse(try store.consumeAttestChallenge("}{\r\n\0"))
+    func testSpentChallengeIsRefusedASecondTime() throws {
+        let challenge = use()
+        XCTAssertTrue(try store.spendChallenge(challenge))
+        XCTAssertFalse(try store.spendChallenge(challenge))
+        XCTAssertTrue(try store.spendChallenge(use()))
     }
 
-    func testChallengesExpireAfterTheirTTL() throws {
-        let record = StoreFixture.record()
-        XCTAssertEqual(try store.register(record), .created)
-        let attest = try store.issueAttestChallenge(ttlSeconds: 1)
-        let assert = try store.issueAssertChallenge(keyId: record.keyId, ttlSeconds: 1)
-        Thread.sleep(forTimeInterval: 1.3)
-        XCTAssertFalse(try store.consumeAttestChallenge(attest))
-        XCTAssertEqual(try store.commitAssertion(keyId: record.keyId, environment: .production, challenge: assert,
-                                                 counter: 1, window: 0), .rejected(.challengeUnknown))
+    func testSpentChallengeIsForgottenWhenItExpires() throws {
+        let challenge = use(ttlMs: 300)
+        XCTAssertTrue(try store.spendChallenge(challenge))
+        let ttl = try fixture.connection().command("PTTL", "\(fixture.prefix):ch:{\(challenge.id)}")
+        guard case .integer(let milliseconds) = ttl else { return XCTFail("PTTL answered \(ttl)") }
+        XCTAssertTrue((1...300).contains(milliseconds), "PTTL \(milliseconds)")
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertEqual(try fixture.connection().command("EXISTS", "\(fixture.prefix):ch:{\(challenge.id)}"), .integer(0))
     }
 
-    func testChallengeTTLIsSetInRedis() throws {
-        let challenge = try store.issueAttestChallenge(ttlSeconds: 300)
-        let ttl = try fixture.connection().command("TTL", "\(fixture.prefix):ch:{\(challenge)}")
-        guard case .integer(let seconds) = ttl else { return XCTFail("TTL answered \(ttl)") }
-        XCTAssertTrue((290...300).contains(seconds), "TTL \(seconds)")
+    func testMalformedChallengeUsesAreRefusedWithoutARoundTrip() throws {
+        for bad in [use(""), use("a{b}"), use(String(repeating: "A", count: 65)), use("a b"), use(ttlMs: 0), use(ttlMs: 86_400_001)] {
+            XCTAssertThrowsError(try store.spendChallenge(bad)) { error in
+                XCTAssertEqual((error as? StoreError)?.reasonCode, "store_invalid_argument")
+            }
+        }
     }
 
-    func testChallengePurposesAndKeysDoNotMix() throws {
+    /// A challenge issued without a key id is spent for every key; one issued for a key, in that key's slot.
+    func testUnboundChallengeServesOneKeyOnlyAndBoundOnesLiveInTheKeySlot() throws {
         let first = StoreFixture.record()
         let second = StoreFixture.record()
         XCTAssertEqual(try store.register(first), .created)
         XCTAssertEqual(try store.register(second), .created)
-
-        let attest = try store.issueAttestChallenge(ttlSeconds: 60)
-        XCTAssertEqual(try store.commitAssertion(keyId: first.keyId, environment: .production, challenge: attest,
-                                                 counter: 1, window: 0), .rejected(.challengeUnknown))
-
-        let assert = try store.issueAssertChallenge(keyId: first.keyId, ttlSeconds: 60)
-        XCTAssertFalse(try store.consumeAttestChallenge(assert))
-        XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: assert,
-                                                 counter: 1, window: 0), .rejected(.challengeUnknown))
-        XCTAssertEqual(try store.commitAssertion(keyId: first.keyId, environment: .production, challenge: assert,
+        let shared = use()
+        XCTAssertEqual(try store.commitAssertion(keyId: first.keyId, environment: .production, challenge: shared,
                                                  counter: 1, window: 0), .accepted(previousCounter: 0))
+        XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: shared,
+                                                 counter: 1, window: 0), .rejected(.challengeReused))
+        XCTAssertFalse(try store.spendChallenge(shared), "the same record as registration's")
+
+        let bound = use(bound: true)
+        XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: bound,
+                                                 counter: 1, window: 0), .accepted(previousCounter: 0))
+        let name = "\(fixture.prefix):{\(Base64.encodeURLSafe(second.keyId))}:ch:\(bound.id)"
+        XCTAssertEqual(try fixture.connection().command("EXISTS", name), .integer(1))
+        XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: bound,
+                                                 counter: 2, window: 0), .rejected(.challengeReused))
+    }
+
+    /// Unknown and revoked keys never leave a spent-challenge record behind: Redis holds only what live keys used.
+    func testUnknownOrRevokedKeysWriteNothing() throws {
+        let record = StoreFixture.record()
+        XCTAssertEqual(try store.register(record), .created)
+        XCTAssertTrue(try store.revoke(keyId: record.keyId, reason: "test"))
+        let challenge = use()
+        XCTAssertEqual(try store.commitAssertion(keyId: StoreFixture.randomBytes(32), environment: .production, challenge: challenge,
+                                                 counter: 1, window: 0), .rejected(.keyUnknown))
+        XCTAssertEqual(try store.commitAssertion(keyId: record.keyId, environment: .production, challenge: challenge,
+                                                 counter: 1, window: 0), .rejected(.keyRevoked))
+        XCTAssertTrue(try store.spendChallenge(challenge), "still unspent")
+    }
+
+    func testSharedChallengeSecretIsSetOnce() throws {
+        let first = Array(String(repeating: "a", count: 44).utf8)
+        XCTAssertEqual(try store.sharedChallengeSecret(candidate: first), first)
+        XCTAssertEqual(try store.sharedChallengeSecret(candidate: Array(String(repeating: "b", count: 44).utf8)), first)
+        XCTAssertEqual(try fixture.connection().command("SET", "\(fixture.prefix):challenge-secret", "short"), .status("OK"))
+        XCTAssertThrowsError(try store.sharedChallengeSecret(candidate: first)) { error in
+            XCTAssertEqual((error as? StoreError)?.reasonCode, "store_error")
+        }
     }
 
     func testKeyIsRegisteredOnceAcrossEnvironments() throws {
@@ -105,8 +128,6 @@ final class StoreTests: XCTestCase {
         XCTAssertThrowsError(try AttestStore(pool: fixture.pool, keyPrefix: "a{b}")) { error in
             XCTAssertEqual((error as? StoreError)?.reasonCode, "store_invalid_argument")
         }
-        XCTAssertThrowsError(try store.issueAttestChallenge(ttlSeconds: 0))
-        XCTAssertThrowsError(try store.issueAssertChallenge(keyId: [], ttlSeconds: 60))
         XCTAssertThrowsError(try store.register(KeyRecord(keyId: [], environment: .production, appID: "A.b",
                                                           publicKeySPKI: [], counter: 0, receipt: [], createdAt: Date())))
         XCTAssertThrowsError(try store.commitAssertion(keyId: [1], environment: .production, challenge: nil,

@@ -5,19 +5,19 @@ import XCTest
 
 /// The assertion commit script: its checks, its counter rules, and its atomicity under concurrency.
 final class StoreTestsCommit: RegisteredKeyTestCase {
-    func commit(_ counter: UInt32, window: Int = 0, challenge: String? = nil, now: Date = Date()) throws -> CommitOutcome {
+    func commit(_ counter: UInt32, window: Int = 0, challenge: ChallengeUse? = nil, now: Date = Date()) throws -> CommitOutcome {
         try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: challenge,
                                   counter: counter, window: window, now: now)
     }
 
-    func newChallenge() throws -> String {
-        try store.issueAssertChallenge(keyId: record.keyId, ttlSeconds: 60)
+    /// A challenge that passed its MAC check, as `ChallengeCodec` hands it to the store.
+    func newChallenge(bound: Bool = false) -> ChallengeUse {
+        ChallengeUse(id: Base64.encodeURLSafe(StoreFixture.randomBytes(16)), boundToKey: bound, ttlMs: 60_000)
     }
 
     func testUnknownKeyIsRejected() throws {
         let unknown = StoreFixture.randomBytes(32)
-        let challenge = try store.issueAssertChallenge(keyId: unknown, ttlSeconds: 60)
-        XCTAssertEqual(try store.commitAssertion(keyId: unknown, environment: .production, challenge: challenge,
+        XCTAssertEqual(try store.commitAssertion(keyId: unknown, environment: .production, challenge: newChallenge(),
                                                  counter: 1, window: 0), .rejected(.keyUnknown))
         XCTAssertEqual(try store.commitAssertion(keyId: record.keyId, environment: .development, challenge: nil,
                                                  counter: 1, window: 0), .rejected(.keyUnknown), "other environment")
@@ -33,23 +33,25 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
     }
 
     func testChallengeIsSingleUse() throws {
-        let challenge = try newChallenge()
+        let challenge = newChallenge()
         XCTAssertEqual(try commit(1, challenge: challenge), .accepted(previousCounter: 0))
-        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeUnknown))
-        XCTAssertEqual(try commit(2, challenge: "never-issued"), .rejected(.challengeUnknown))
-        XCTAssertEqual(try commit(2, challenge: String(repeating: "x", count: 1000)), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeReused))
         XCTAssertEqual(try commit(2, challenge: newChallenge()), .accepted(previousCounter: 1))
+        let bound = newChallenge(bound: true)
+        XCTAssertEqual(try commit(3, challenge: bound), .accepted(previousCounter: 2))
+        XCTAssertEqual(try commit(4, challenge: bound), .rejected(.challengeReused))
+        XCTAssertThrowsError(try commit(4, challenge: ChallengeUse(id: String(repeating: "x", count: 1000), boundToKey: false, ttlMs: 1)))
     }
 
-    /// Decision: a presented challenge is burned even when the counter is refused, so a failed attempt
+    /// Decision: a challenge presented by a live key is spent even when the counter is refused, so a failed attempt
     /// cannot be retried with the same challenge; the record itself is left as it was.
-    func testCounterRejectionBurnsChallengeButChangesNothingElse() throws {
+    func testCounterRejectionSpendsChallengeButChangesNothingElse() throws {
         XCTAssertEqual(try commit(5), .accepted(previousCounter: 0))
         let before = try store.loadKey(keyId: record.keyId)
-        let challenge = try newChallenge()
+        let challenge = newChallenge()
         XCTAssertEqual(try commit(5, challenge: challenge), .rejected(.counterNotIncreasing))
         XCTAssertEqual(try store.loadKey(keyId: record.keyId), before)
-        XCTAssertEqual(try commit(6, challenge: challenge), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(6, challenge: challenge), .rejected(.challengeReused))
     }
 
     func testCounterMustIncreaseWithoutWindow() throws {
@@ -128,7 +130,7 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
     }
 
     func testConcurrentUsesOfOneChallengeAcceptExactlyOne() throws {
-        let challenge = try newChallenge()
+        let challenge = newChallenge()
         let store = self.store
         let keyId = record.keyId
         let outcomes = onThreads(16) { index in
@@ -136,7 +138,7 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
                                        counter: UInt32(index + 1), window: 0)
         }
         XCTAssertEqual(outcomes.filter { if case .accepted = $0 { return true } else { return false } }.count, 1)
-        XCTAssertEqual(outcomes.filter { $0 == .rejected(.challengeUnknown) }.count, 15)
+        XCTAssertEqual(outcomes.filter { $0 == .rejected(.challengeReused) }.count, 15)
     }
 
     func testRateLimitCountsAcceptedAssertionsPerKeyAndRouteInAFixedWindow() throws {
@@ -155,16 +157,16 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
         XCTAssertEqual(try limited(4), .accepted(previousCounter: 3), "a new window; the refused commit recorded nothing")
     }
 
-    func testRateLimitedCommitStillBurnsItsChallenge() throws {
+    func testRateLimitedCommitStillSpendsItsChallenge() throws {
         let limit = RateLimit(requests: 1, perSeconds: 60)
-        func limited(_ counter: UInt32, _ challenge: String) throws -> CommitOutcome {
+        func limited(_ counter: UInt32, _ challenge: ChallengeUse) throws -> CommitOutcome {
             try store.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: challenge, counter: counter,
                                       window: 0, rateLimit: limit, route: "/ai/")
         }
         XCTAssertEqual(try limited(1, newChallenge()), .accepted(previousCounter: 0))
-        let challenge = try newChallenge()
+        let challenge = newChallenge()
         guard case .rateLimited = try limited(2, challenge) else { return XCTFail("over the limit") }
-        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeUnknown))
+        XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeReused))
         XCTAssertEqual(try commit(2, challenge: newChallenge()), .accepted(previousCounter: 1), "unlimited elsewhere")
     }
 }

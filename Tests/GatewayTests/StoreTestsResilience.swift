@@ -35,7 +35,7 @@ final class StoreTestsResilience: XCTestCase {
         let pool = try RedisPool(endpoint: server.endpoint, size: 2, timeoutMs: 300)
         let store = try AttestStore(pool: pool)
         XCTAssertFalse(store.ping())
-        assertUnavailable(within: 2) { try store.issueAttestChallenge(ttlSeconds: 60) }
+        assertUnavailable(within: 2) { try store.spendChallenge(ChallengeUse(id: "x", boundToKey: false, ttlMs: 60_000)) }
         assertUnavailable(within: 2) { try store.loadKey(keyId: [1, 2, 3]) }
     }
 
@@ -47,9 +47,9 @@ final class StoreTestsResilience: XCTestCase {
         XCTAssertEqual(pool.idleCount, 1)
 
         server.pause()
-        assertUnavailable(within: 2) { try store.issueAttestChallenge(ttlSeconds: 60) }
+        assertUnavailable(within: 2) { try store.spendChallenge(ChallengeUse(id: "x", boundToKey: false, ttlMs: 60_000)) }
         XCTAssertEqual(pool.idleCount, 0, "a timed-out connection is never lent again")
-        assertUnavailable(within: 2) { try store.issueAttestChallenge(ttlSeconds: 60) }
+        assertUnavailable(within: 2) { try store.spendChallenge(ChallengeUse(id: "x", boundToKey: false, ttlMs: 60_000)) }
 
         server.resume()
         XCTAssertTrue(store.ping())
@@ -113,10 +113,10 @@ final class StoreTestsResilience: XCTestCase {
     func testSixteenThreadsShareAPoolOfFour() throws {
         let fixture = try StoreFixture(poolSize: 4, timeoutMs: 2000)
         let store = fixture.store
-        let challenges = onThreads(16) { _ in
-            (0..<20).compactMap { _ in try? store.issueAttestChallenge(ttlSeconds: 60) }
-        }.flatMap { $0 }
-        XCTAssertEqual(Set(challenges).count, 16 * 20)
+        let spent = onThreads(16) { _ in
+            (0..<20).map { _ in (try? store.spendChallenge(ChallengeUse(id: UUID().uuidString, boundToKey: false, ttlMs: 60_000))) == true }
+        }.flatMap { $0 }.filter { $0 }
+        XCTAssertEqual(spent.count, 16 * 20)
         XCTAssertLessThanOrEqual(fixture.pool.idleCount, 4)
     }
 }

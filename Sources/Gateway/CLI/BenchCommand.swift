@@ -7,7 +7,8 @@ import Foundation
 /// `verify` is the per-request pure work of an assert route on one thread — base64 of the three headers,
 /// client-data parse and binding, CBOR, SHA-256, ECDSA — over assertions a simulated device made (the
 /// public key parsed once, as the proxy caches it). It also times the bare ECDSA verify of the same
-/// signatures so the overhead is visible as a ratio in one run. `ca` saves the test CA a bench gateway
+/// signatures so the overhead is visible as a ratio in one run, and the same work for a request without
+/// `X-App-Attest-Key-Id` (the key recovered from the signature, then looked up in a cache, then verified). `ca` saves the test CA a bench gateway
 /// trusts; `prepare` (BenchPrepare.swift) registers simulated devices and pre-signs requests for wrk.
 enum BenchCommand {
     static let usage = """
@@ -85,7 +86,8 @@ enum BenchCommand {
             return (assertion["signature"]!.bytes!, SHA256.hash(assertion["authenticatorData"]!.bytes!, SHA256.hash(clientData)))
         }
         // The two loops take turns in short slices, so machine noise hits both alike.
-        var full = Throughput(), cryptoOnly = Throughput()
+        let cache = [device.keyId: publicKey]
+        var full = Throughput(), cryptoOnly = Throughput(), recovered = Throughput()
         let slices = max(2, Int(seconds / 0.25))
         for _ in 0..<(slices / 2) {
             try full.run(seconds: seconds / Double(slices), count: requests.count) { index in
@@ -96,9 +98,14 @@ enum BenchCommand {
                     throw VerificationError(.signatureInvalid, "bench signature did not verify")
                 }
             }
+            try recovered.run(seconds: seconds / Double(slices), count: requests.count) { index in
+                try verifyLikeTheProxy(requests[index], keys: cache, app: app)
+            }
         }
         let (fullRate, cryptoRate) = (full.perSecond, cryptoOnly.perSecond)
         print("ecdsa_verify_per_second=\(Int(cryptoRate))")
+        print("recovery_assertions_per_second=\(Int(recovered.perSecond))")
+        print(String(format: "ratio_recovery_to_plain=%.3f", recovered.perSecond / fullRate))
         print(String(format: "ratio_to_bare_ecdsa=%.3f", fullRate / cryptoRate))
         print("assertions_per_second=\(Int(fullRate))")
     }
@@ -111,6 +118,21 @@ enum BenchCommand {
         }
         let clientData = try ClientData.parse(clientDataBytes)
         try RequestBinding.check(clientData, against: BoundRequest(method: "POST", path: "/v1/ai/generate", query: nil, body: request.body))
+        _ = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: publicKey, appID: app,
+                                         previousCounter: nil)
+    }
+
+    /// The same without the key id header: recover the candidates, take the cached one, verify with it.
+    private static func verifyLikeTheProxy(_ request: SignedRequest, keys: [[UInt8]: P256PublicKey], app: AppID) throws {
+        guard let assertion = Base64.decode(request.assertionHeader), let clientDataBytes = Base64.decode(request.clientDataHeader) else {
+            throw VerificationError(.badBase64, "bench header is not base64")
+        }
+        let clientData = try ClientData.parse(clientDataBytes)
+        try RequestBinding.check(clientData, against: BoundRequest(method: "POST", path: "/v1/ai/generate", query: nil, body: request.body))
+        let candidates = try AssertionVerifier.candidateKeys(assertion: assertion, clientData: clientDataBytes)
+        guard let publicKey = candidates.lazy.compactMap({ keys[$0.keyId] }).first else {
+            throw VerificationError(.signatureInvalid, "bench key was not recovered")
+        }
         _ = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: publicKey, appID: app,
                                          previousCounter: nil)
     }

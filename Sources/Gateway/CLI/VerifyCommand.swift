@@ -8,8 +8,11 @@ enum VerifyCommand {
     usage: gateway verify attestation --attestation-b64 B64 --key-id B64 (--challenge-b64 B64 | --client-data-hash-b64 B64)
                                       --app TEAMID.bundle.id [--app …] --environment production|development|any
                                       [--trust-anchor PEM] [--at RFC3339] [--explain]
-           gateway verify assertion --assertion-b64 B64 --client-data-b64 B64 --public-key-b64 B64
+           gateway verify assertion --assertion-b64 B64 --client-data-b64 B64
+                                    [--public-key-b64 B64 | --key-id B64 | --config FILE]
                                     --app TEAMID.bundle.id --previous-counter N [--explain]
+    Without --public-key-b64 the key is recovered from the signature (the candidates are printed); --key-id picks
+    one of them, --config the one registered in that gateway's Redis.
     """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -62,10 +65,15 @@ enum VerifyCommand {
         }
     }
 
-    private static func assertion(_ options: inout Arguments) throws(UsageError) -> Int32 {
+    private static func assertion(_ options: inout Arguments) throws -> Int32 {
         let assertion = try decoded(&options, "assertion-b64")
         let clientData = try decoded(&options, "client-data-b64")
-        let publicKeyBytes = try decoded(&options, "public-key-b64")
+        let publicKeyBytes = try options.optional("public-key-b64").map { (text) throws(UsageError) in try base64(text, "public-key-b64") }
+        let namedKeyId = try options.optional("key-id").map { (text) throws(UsageError) in try base64(text, "key-id") }
+        let configPath = try options.optional("config")
+        guard [publicKeyBytes != nil, namedKeyId != nil, configPath != nil].filter({ $0 }).count <= 1 else {
+            throw UsageError("give at most one of --public-key-b64, --key-id and --config")
+        }
         let apps = try appIDs(&options)
         guard apps.count == 1 else { throw UsageError("an assertion is checked against the one App ID its key was registered for") }
         let previousText = try options.required("previous-counter")
@@ -74,16 +82,46 @@ enum VerifyCommand {
         try options.rejectUnknown()
 
         var checks = [String]()
+        var result: [String: Any] = [:]
         do {
-            let key = try P256PublicKey(bytes: publicKeyBytes)
+            let key: P256PublicKey
+            if let publicKeyBytes {
+                key = try P256PublicKey(bytes: publicKeyBytes)
+            } else {
+                let candidates = try AssertionVerifier.candidateKeys(assertion: assertion, clientData: clientData)
+                result["key_id_candidates"] = candidates.map { Base64.encode($0.keyId) }
+                checks.append("no public key given: \(candidates.count) candidate keys recovered from the signature")
+                let chosen = try namedKeyId.map { id in candidates.first { $0.keyId == id } }
+                    ?? configPath.map { try registered(candidates, configPath: $0) } ?? candidates.first
+                guard let chosen else {
+                    throw VerificationError(namedKeyId == nil ? .signatureInvalid : .keyIdMismatch,
+                                            namedKeyId == nil ? "no public key can have made this signature" : "the key id did not make this signature")
+                }
+                if namedKeyId != nil || configPath != nil { result["key_id_source"] = "recovered" }
+                key = try P256PublicKey(point: chosen.point)
+            }
             let verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientData, publicKey: key, appID: apps[0],
                                                         previousCounter: previous, trace: explain ? { checks.append($0) } : nil)
-            var result: [String: Any] = ["valid": true, "counter": verified.counter, "key_id": Base64.encode(SHA256.hash(key.point))]
+            result["valid"] = true
+            result["counter"] = verified.counter
+            // Without a way to tell the candidates apart, every one of them verifies: name none.
+            if publicKeyBytes != nil || result["key_id_source"] != nil || (result["key_id_candidates"] as? [String])?.count == 1 {
+                result["key_id"] = Base64.encode(SHA256.hash(key.point))
+            }
             addExtensions(verified.extensions, to: &result)
             return emit(result, checks: explain ? checks : nil, exitCode: 0)
-        } catch {
+        } catch let error as VerificationError {
             return emit(["valid": false, "reason": error.reasonCode, "message": error.message], checks: explain ? checks : nil, exitCode: 1)
         }
+    }
+
+    /// The candidate registered in the gateway's Redis (as the gateway itself picks it), or nil.
+    private static func registered(_ candidates: [RecoveredKey], configPath: String) throws -> RecoveredKey? {
+        let config: GatewayConfig
+        do { config = try GatewayConfig.load(path: configPath) } catch { throw UsageError("\(configPath): \(error)") }
+        let store = try GatewayRuntime.makeStore(config.redis)
+        for candidate in candidates where try store.loadPublicKey(keyId: candidate.keyId) != nil { return candidate }
+        throw VerificationError(.keyIdMismatch, "none of the keys that can have made this signature is registered")
     }
 
     private static func emit(_ object: [String: Any], checks: [String]?, exitCode: Int32) -> Int32 {

@@ -9,6 +9,12 @@ public struct AppAttestConfig: Sendable {
     public let trustAnchorFile: String?
     public let challengeTTLSeconds: Int
     public let keyCacheSize: Int
+    /// `challenge_secret_file`, resolved; nil when the secret is shared through Redis.
+    public let challengeSecretFile: String?
+    /// Read from `challengeSecretFile`: the first signs, a second (the previous one) is still accepted.
+    let challengeSecrets: ChallengeSecrets?
+    /// Per client address, on both challenge endpoints; nil = none.
+    public let challengeRateLimit: RateLimit?
     /// Gateway tokens (`token:`); nil when the section is absent.
     public let token: TokenConfig?
     /// Secrets (by SHA-256) accepted in place of an assertion, for the Simulator and CI; empty = none.
@@ -20,9 +26,12 @@ public struct AppAttestConfig: Sendable {
         let apps = readApps(section.required("apps"))
         let environments = readEnvironments(section.optional("environments")) ?? [.production]
         let (anchor, anchorFile) = readTrustAnchor(section.optional("trust_anchor"), baseDirectory: baseDirectory)
+        let (secretFile, secrets) = ChallengeSecrets.read(section.optional("challenge_secret_file"), baseDirectory: baseDirectory)
         return AppAttestConfig(apps: apps, environments: environments, trustAnchor: anchor, trustAnchorFile: anchorFile,
                                challengeTTLSeconds: section.int("challenge_ttl_seconds", default: 300, in: 1...3600),
                                keyCacheSize: section.int("key_cache_size", default: 20_000, in: 0...10_000_000),
+                               challengeSecretFile: secretFile, challengeSecrets: secrets,
+                               challengeRateLimit: section.optional("challenge_rate_limit").flatMap(RouteConfig.readRateLimit),
                                token: TokenConfig.read(section.optional("token"), baseDirectory: baseDirectory),
                                debugTokens: DebugToken.readAll(section.optional("debug_tokens")))
     }

@@ -15,6 +15,8 @@ public struct GatewayConfig: Sendable {
     public let appAttest: AppAttestConfig
     /// `server.max_body_bytes` is the default for routes without their own.
     public let server: ServerLimits
+    /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`.
+    public let hardening: RequestHardening
     /// `server.trusted_proxies`, `server.client_ip_header`: where logs take the client's address from.
     public let clientAddress: ClientAddressPolicy
     public let log: LogConfig
@@ -78,11 +80,11 @@ public struct GatewayConfig: Sendable {
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
         let serverSection = top.section("server")
         let clientAddress = ClientAddressPolicy.read(serverSection)
-        let server = readServer(serverSection)
+        let (server, hardening) = readServer(serverSection)
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
-                                         defaultMaxBody: server.maxBodyBytes)
+                                         defaultMaxBody: server.maxBodyBytes, defaultCaseInsensitive: hardening.caseInsensitiveRoutes)
         let apple = AppleConfig.read(top.optional("apple")?.mapping(), baseDirectory: baseDirectory)
         if apple == nil, let route = routes.first(where: { $0.deviceCheck.usesApple }), let node = top.optional("routes") {
             node.invalid("routes[\(route.index)] uses DeviceCheck or the risk metric, which need an apple: section")
@@ -91,7 +93,8 @@ public struct GatewayConfig: Sendable {
             node.invalid("routes[\(route.index)] accepts tokens, which need an app_attest.token section (signing_key_file)")
         }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, clientAddress: clientAddress, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             appAttest: appAttest, server: server, hardening: hardening, clientAddress: clientAddress, log: log,
+                             upstreams: upstreams, routes: routes, apple: apple)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {
@@ -120,8 +123,9 @@ public struct GatewayConfig: Sendable {
         return prefix
     }
 
-    private static func readServer(_ section: ConfigMapping) -> ServerLimits {
+    private static func readServer(_ section: ConfigMapping) -> (ServerLimits, RequestHardening) {
         defer { section.finish() }
+        let hardening = RequestHardening.read(section)
         // Keys of the thread-per-connection server, still read so existing files keep working: an idle
         // timeout in seconds and the per-connection memory that bounded the head.
         let legacyIdle = section.optional("connection_timeout_seconds").map { _ in
@@ -130,7 +134,7 @@ public struct GatewayConfig: Sendable {
         let legacyHead = section.optional("connection_memory_limit_bytes").map { _ in
             section.int("connection_memory_limit_bytes", default: 32768, in: 8192...16 * 1024 * 1024)
         }
-        return ServerLimits(
+        return (ServerLimits(
             workers: section.int("workers", default: ServerLimits.defaultWorkers, in: 1...256),
             connectionLimit: section.int("connection_limit", default: 10_000, in: 1...1_000_000),
             perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...1_000_000),
@@ -140,6 +144,6 @@ public struct GatewayConfig: Sendable {
             sendTimeoutMs: section.int("send_timeout_ms", default: 30_000, in: 100...3_600_000),
             maxHeaderBytes: section.int("max_header_bytes", default: legacyHead ?? 32_768, in: 1024...16 * 1024 * 1024),
             maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling),
-            maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824))
+            maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824)), hardening)
     }
 }

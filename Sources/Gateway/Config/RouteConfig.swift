@@ -67,6 +67,8 @@ public struct RouteConfig: Sendable, Equatable {
     public let deviceCheck: DeviceCheckPolicy
     /// Per-key limit on accepted assertions (assert routes); nil = none.
     public let rateLimit: RateLimit?
+    /// `case_insensitive`: the path matches whatever its letters' case (see `Router.fold`).
+    public let caseInsensitive: Bool
     /// `accept:` (assert routes): `[assertion]` unless the route also takes gateway tokens.
     public let accept: [AcceptedProof]
     /// `token_use:` (routes accepting tokens).
@@ -81,7 +83,7 @@ public struct RouteConfig: Sendable, Equatable {
     public init(match: Match, methods: [String]? = nil, upstream: String?, policy: RoutePolicy,
                 mode: AssertionMode = .enforce, clientData: ClientDataSource = .json, counterWindow: Int = 0,
                 maxBodyBytes: Int = 1_048_576, deviceCheck: DeviceCheckPolicy = DeviceCheckPolicy(), rateLimit: RateLimit? = nil,
-                accept: [AcceptedProof] = [.assertion], tokenUse: TokenUse = .reusable, index: Int = 0) {
+                accept: [AcceptedProof] = [.assertion], tokenUse: TokenUse = .reusable, caseInsensitive: Bool = false, index: Int = 0) {
         self.match = match
         self.methods = methods
         self.upstream = upstream
@@ -92,6 +94,7 @@ public struct RouteConfig: Sendable, Equatable {
         self.maxBodyBytes = maxBodyBytes
         self.deviceCheck = deviceCheck
         self.rateLimit = rateLimit
+        self.caseInsensitive = caseInsensitive
         self.accept = accept
         self.tokenUse = tokenUse
         self.index = index
@@ -99,21 +102,23 @@ public struct RouteConfig: Sendable, Equatable {
 }
 
 extension RouteConfig {
-    static func readAll(_ value: ConfigValue?, upstreams: Set<String>, defaultMaxBody: Int) -> [RouteConfig] {
+    static func readAll(_ value: ConfigValue?, upstreams: Set<String>, defaultMaxBody: Int,
+                        defaultCaseInsensitive: Bool = false) -> [RouteConfig] {
         guard let value, let items = value.list() else { return [] }
         guard !items.isEmpty else {
             value.invalid("at least one route is required")
             return []
         }
         let routes = items.enumerated().compactMap { index, item in
-            item.mapping().flatMap { read($0, index: index, upstreams: upstreams, defaultMaxBody: defaultMaxBody) }
+            item.mapping().flatMap { read($0, index: index, upstreams: upstreams, defaultMaxBody: defaultMaxBody,
+                                           defaultCaseInsensitive: defaultCaseInsensitive) }
         }
         reportDuplicates(routes, items: items)
         return routes
     }
 
     private static func read(_ route: ConfigMapping, index: Int, upstreams: Set<String>,
-                             defaultMaxBody: Int) -> RouteConfig? {
+                             defaultMaxBody: Int, defaultCaseInsensitive: Bool) -> RouteConfig? {
         defer { route.finish() }
         let match = readMatch(route)
         let methods = route.optional("methods").flatMap(readMethods)
@@ -132,10 +137,11 @@ extension RouteConfig {
         } ?? .reusable
         let allowDebug = assertOption(route, "allow_debug", refusal: assertOnly) { $0.bool() } ?? true
         let timeouts = RouteTimeouts.read(route)
+        let caseInsensitive = route.optional("case_insensitive")?.bool() ?? defaultCaseInsensitive
         guard let match, let policy else { return nil }
         var config = RouteConfig(match: match, methods: methods, upstream: upstream, policy: policy, mode: mode,
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
-                           rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, index: index)
+                           rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, caseInsensitive: caseInsensitive, index: index)
         config.allowDebug = allowDebug
         config.timeouts = timeouts
         return config
@@ -260,17 +266,19 @@ extension RouteConfig {
         return read(value)
     }
 
+    /// Case-insensitive routes that fold to the same path are duplicates too.
     private static func reportDuplicates(_ routes: [RouteConfig], items: [ConfigValue]) {
-        var seen: [Match: Int] = [:]
+        var seen: [String: Int] = [:]
         for route in routes {
             let (key, text) = route.match.keyAndPath
-            if let first = seen[route.match] {
+            let identities = [key + " " + text] + (route.caseInsensitive ? [key + " folded " + Router.fold(text)] : [])
+            if let first = identities.lazy.compactMap({ seen[$0] }).first {
                 let item = items[route.index]
                 item.log.report(.duplicateRoute, "\(item.path).\(key)",
                                 "the same \(key) \"\(text)\" as routes[\(first)]",
                                 line: item.node.line)
             } else {
-                seen[route.match] = route.index
+                for identity in identities { seen[identity] = route.index }
             }
         }
     }

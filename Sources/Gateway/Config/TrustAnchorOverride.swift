@@ -6,8 +6,11 @@ extension GatewayConfig {
     func trusting(_ anchor: TrustAnchor, file: String) -> GatewayConfig {
         let attest = AppAttestConfig(apps: appAttest.apps, environments: appAttest.environments, trustAnchor: anchor,
                                      trustAnchorFile: file, challengeTTLSeconds: appAttest.challengeTTLSeconds,
-                                     keyCacheSize: appAttest.keyCacheSize, token: appAttest.token, debugTokens: appAttest.debugTokens)
+                                     keyCacheSize: appAttest.keyCacheSize, challengeSecretFile: appAttest.challengeSecretFile,
+                                     challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit,
+                                     token: appAttest.token, debugTokens: appAttest.debugTokens)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
-                             server: server, clientAddress: clientAddress, log: log, upstreams: upstreams, routes: routes, apple: apple)
+                             server: server, hardening: hardening, clientAddress: clientAddress, log: log, upstreams: upstreams,
+                             routes: routes, apple: apple)
     }
 }

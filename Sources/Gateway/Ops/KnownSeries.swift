@@ -119,6 +119,7 @@ struct KnownSeries {
             .count("gateway_attestations_total", ["result": "rejected", "reason": $0], by: 0, help: MetricHelp.attestations)
         }
         updates += ["hit", "miss"].map { .count("gateway_key_cache_total", ["result": $0], by: 0, help: MetricHelp.keyCache) }
+        updates += ["registered", "unknown"].map { .count("gateway_key_recoveries_total", ["result": $0], by: 0, help: MetricHelp.keyRecoveries) }
         updates += config.routes.filter { $0.policy == .assert }.map {
             .count("gateway_attest_requests_total", ["route": $0.name, "attest_method": "assertion", "decision": "verified", "reason": ""],
                    by: 0, help: "Assert-route requests by how they proved themselves, decision and reason code.")
@@ -165,6 +166,7 @@ enum MetricHelp {
     static let storeDuration = "Time of the Redis commit of an assertion (one round trip)."
     static let attestations = "Attestations by result."
     static let keyCache = "Public key cache lookups."
+    static let keyRecoveries = "Assertions without X-App-Attest-Key-Id whose key was recovered from the signature."
     static let appleCalls = "Calls to Apple's DeviceCheck and App Attest servers, by outcome."
     static let appleDuration = "Latency of each attempt at an Apple server call."
     static let receiptRefreshes = "Receipt exchanges with Apple, by outcome."

@@ -32,7 +32,8 @@ enum ReasonCatalog {
 
     /// One sample of every case (the associated values are placeholders: only code and status matter).
     static let catalogue: [GatewayError] = [
-        .assertionMissing(""), .badHeader(""), .badRequest(""), .badPath, .bodyTooLarge(limit: 0), .challengeUnknown,
+        .assertionMissing(""), .badHeader(""), .badRequest(""), .badPath, .bodyTooLarge(limit: 0), .challengeInvalid,
+        .challengeExpired, .challengeWrongKind, .challengeReused, .challengeRateLimited(retryAfterSeconds: 1),
         .keyUnknown, .keyRevoked, .keyAlreadyRegistered, .routeNotFound, .methodNotAllowed(allowed: []), .routeDenied,
         .storeUnavailable(""), .storeError(""), .upstreamUnavailable(""), .upstreamTimeout(""), .upstreamProtocolError(""),
         .deviceTokenMissing, .deviceTokenInvalid(""), .deviceTokenReused, .deviceFlagged(""), .alreadyClaimed, .claimInProgress,
@@ -76,7 +77,8 @@ enum ReasonCatalog {
         case .bodyTooLarge, .body: return [.anyRoute]
         case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused, .tokenSigningFailed: return [.assertion]
         case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
-        case .challengeUnknown: return [.jsonClientData, .builtin(.attestVerify)]
+        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused: return [.jsonClientData, .builtin(.attestVerify)]
+        case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge)]
         case .keyAlreadyRegistered: return [.builtin(.attestVerify)]
         case .methodNotAllowed: return Set([.listedMethods] + allEndpoints.map { .builtin($0) })
         case .routeDenied: return [.denyRoute]

@@ -3,14 +3,16 @@ import AssertionCheck
 import Foundation
 
 /// The checks of an `assert` route, cheapest first: headers, base64, client data and its binding to
-/// this request, the cached public key, the signature, then one atomic Redis commit (key live,
-/// challenge consumed, counter advanced).
+/// this request, the challenge's MAC and expiry, the public key (named by `X-App-Attest-Key-Id`, or
+/// recovered from the signature when the header is absent), the signature, then one atomic Redis commit
+/// (key live, challenge spent, counter advanced).
 struct AssertGate {
     let store: AttestStore
     let keyCache: KeyCache
     let metrics: Metrics
     let apps: [AppID]
     let environments: [AppAttestEnvironment]
+    let challenges: ChallengeAuthority
 
     struct Passed {
         let keyId: [UInt8]
@@ -27,11 +29,8 @@ struct AssertGate {
 
     func check(_ request: HTTPRequest, decodedPath: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Passed {
         let verifyStart = DispatchTime.now().uptimeNanoseconds
-        let keyIdText = try header(request, "X-App-Attest-Key-Id")
-        record.keyId = keyIdText
-        guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
-            throw .badHeader("X-App-Attest-Key-Id is not base64 of a 32-byte key id")
-        }
+        // When present the header is authoritative: no recovery.
+        let namedKeyId = try keyIdHeader(request, record: record)
         let assertion = try decoded(request, route.clientData == .body ? ["X-App-Assertion", "X-App-Attest-Assertion"] : ["X-App-Attest-Assertion"])
         let clientDataBytes: [UInt8]
         let challenge: String?
@@ -52,7 +51,18 @@ struct AssertGate {
             clientDataBytes = request.body
             challenge = nil
         }
-        let key = try publicKey(for: keyId)
+        // A challenge issued for one key id is checked once that key id is known (after recovery);
+        // any other is checked before the public-key work.
+        var use: ChallengeUse?
+        let codec = challenge == nil ? nil : try challenges.codec()
+        let deferred = challenge.map { namedKeyId == nil && ChallengeCodec.isBound($0) } ?? false
+        if let challenge, let codec, !deferred { use = try codec.check(challenge, kind: .assert, keyId: namedKeyId) }
+        let (keyId, key) = if let namedKeyId {
+            (namedKeyId, try publicKey(for: namedKeyId))
+        } else {
+            try recoveredKey(assertion: assertion, clientData: clientDataBytes, record: record)
+        }
+        if deferred, let challenge, let codec { use = try codec.check(challenge, kind: .assert, keyId: keyId) }
         // Apps and environments removed from the config stop working at once, not only for new keys.
         guard apps.contains(key.appID) else {
             throw .verification(VerificationError(.appIdMismatch, "the key belongs to \(key.appID), which is no longer configured"))
@@ -72,13 +82,13 @@ struct AssertGate {
 
         let storeStart = DispatchTime.now().uptimeNanoseconds
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
-        let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: challenge, counter: verified.counter,
+        let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: use, counter: verified.counter,
                                     route: route)
         return Passed(keyId: keyId, counter: verified.counter, riskMetric: riskMetric, appID: key.appID, environment: key.environment)
     }
 
     /// Answers the key's stored risk metric.
-    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?, counter: UInt32,
+    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?, counter: UInt32,
                         route: RouteConfig) throws(GatewayError) -> Int? {
         let outcome: CommitOutcome
         do {
@@ -96,18 +106,56 @@ struct AssertGate {
 
     /// The key's public half, parsed once per process; Redis is asked only on a cache miss.
     private func publicKey(for keyId: [UInt8]) throws(GatewayError) -> KeyCache.Entry {
-        if let entry = keyCache.entry(for: keyId) {
-            metrics.increment("gateway_key_cache_total", ["result": "hit"], help: "Public key cache lookups.")
-            return entry
+        if let entry = cachedKey(keyId) { return entry }
+        guard let entry = try loadKey(keyId) else { throw .keyUnknown }
+        return entry
+    }
+
+    /// The registered key among those that could have made the signature: the key cache first (every
+    /// candidate), then Redis (one round trip per candidate, at most two). A signature no key could have
+    /// made is `signature_invalid`; one whose keys are all unregistered, `key_unknown`.
+    private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) throws(GatewayError) -> ([UInt8], KeyCache.Entry) {
+        let candidates: [RecoveredKey]
+        do {
+            candidates = try AssertionVerifier.candidateKeys(assertion: assertion, clientData: clientData)
+        } catch {
+            throw .verification(error)
         }
-        metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
+        guard !candidates.isEmpty else {
+            throw .verification(VerificationError(.signatureInvalid, "no public key can have made this signature"))
+        }
+        var found: ([UInt8], KeyCache.Entry)?
+        if let hit = candidates.lazy.compactMap({ candidate in self.cachedKey(candidate.keyId, count: false).map { (candidate.keyId, $0) } }).first {
+            metrics.increment("gateway_key_cache_total", ["result": "hit"], help: "Public key cache lookups.")
+            found = hit
+        } else {
+            metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
+            for candidate in candidates where found == nil {
+                if let entry = try loadKey(candidate.keyId) { found = (candidate.keyId, entry) }
+            }
+        }
+        metrics.increment("gateway_key_recoveries_total", ["result": found == nil ? "unknown" : "registered"], help: MetricHelp.keyRecoveries)
+        guard let found else { throw .keyUnknown }
+        record.keyId = Base64.encode(found.0)
+        return found
+    }
+
+    private func cachedKey(_ keyId: [UInt8], count: Bool = true) -> KeyCache.Entry? {
+        let entry = keyCache.entry(for: keyId)
+        if count { metrics.increment("gateway_key_cache_total", ["result": entry == nil ? "miss" : "hit"], help: "Public key cache lookups.") }
+        return entry
+    }
+
+    /// Reads the key from Redis and caches it; nil when it is not registered.
+    private func loadKey(_ keyId: [UInt8]) throws(GatewayError) -> KeyCache.Entry? {
         let record: PublicKeyRecord?
         do {
             record = try store.loadPublicKey(keyId: keyId)
         } catch {
             throw GatewayError(error)
         }
-        guard let record, let stored = AppID(record.appID) else { throw .keyUnknown }
+        guard let record else { return nil }
+        guard let stored = AppID(record.appID) else { throw .storeError("stored app id \(record.appID) is not TEAMID.bundle.id") }
         let appID = apps.first { $0 == stored } ?? stored
         let entry: KeyCache.Entry
         do {
@@ -117,6 +165,18 @@ struct AssertGate {
         }
         keyCache.store(entry, for: keyId)
         return entry
+    }
+
+    /// `X-App-Attest-Key-Id`, decoded; nil when the request does not send it (or sends it once, empty).
+    private func keyIdHeader(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> [UInt8]? {
+        let values = request.headers.filter { $0.hasName("X-App-Attest-Key-Id") }
+        if values.isEmpty || (values.count == 1 && values[0].value.isEmpty) { return nil }
+        let text = try header(request, "X-App-Attest-Key-Id")
+        record.keyId = text
+        guard let keyId = Base64.decode(text), keyId.count == 32 else {
+            throw .badHeader("X-App-Attest-Key-Id is not base64 of a 32-byte key id")
+        }
+        return keyId
     }
 
     private func header(_ request: HTTPRequest, _ name: String) throws(GatewayError) -> String {

@@ -7,7 +7,7 @@ import Upstream
 /// The gateway's own endpoints: one-time challenges and key registration.
 ///   GET  {prefix}/attest/challenge            → text/plain challenge for attestKey
 ///   POST {prefix}/attest/verify               → {"key_id","attestation","challenge"} registers the key
-///   GET  {prefix}/assert/challenge?key_id=    → text/plain challenge for the next assertion
+///   GET  {prefix}/assert/challenge[?key_id=]  → text/plain challenge for the next assertion (of that key)
 ///   POST {prefix}/verify-device               → {"device_token"} checked with Apple, answers the two bits
 ///   POST {prefix}/assert/token                → a signed request exchanged for a gateway token (TokenEndpoints.swift)
 ///   GET  {prefix}/.well-known/jwks.json       → the token signing keys
@@ -53,9 +53,10 @@ struct BuiltinEndpoints {
         guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
         switch endpoint {
         case .attestChallenge:
-            return challengeResponse(try storeCall { () throws(StoreError) in try runtime.store.issueAttestChallenge(ttlSeconds: runtime.config.appAttest.challengeTTLSeconds) })
+            try admitChallenge(record)
+            return challengeResponse(try runtime.challenges.codec().issue(.attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds))
         case .assertChallenge:
-            return challengeResponse(try assertChallenge(request))
+            return challengeResponse(try assertChallenge(request, record: record))
         case .attestVerify:
             return try register(request, record: record)
         case .verifyDevice:
@@ -86,16 +87,22 @@ struct BuiltinEndpoints {
                             body: .bytes(Array(JSONOutput.line(answer).utf8)))
     }
 
-    private func assertChallenge(_ request: HTTPRequest) throws(GatewayError) -> String {
-        let ttl = runtime.config.appAttest.challengeTTLSeconds
-        // Bound to the key so the assertion commit touches one Redis slot (Cluster-safe, one round trip).
-        guard let keyIdText = QueryString.value(of: "key_id", in: request.query) else {
-            throw .badRequest("key_id query parameter is required: /assert/challenge?key_id=<key id>")
+    /// Without `key_id` any key may use the challenge (once); with it, only that key (the key id is MAC'd).
+    private func assertChallenge(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> String {
+        var keyId: [UInt8]?
+        if let keyIdText = QueryString.value(of: "key_id", in: request.query) {
+            guard let bytes = Base64.decode(keyIdText), bytes.count == 32 else {
+                throw .badRequest("key_id is not base64 of a 32-byte key id")
+            }
+            keyId = bytes
         }
-        guard let keyId = Base64.decode(keyIdText), keyId.count == 32 else {
-            throw .badRequest("key_id is not base64 of a 32-byte key id")
-        }
-        return try storeCall { () throws(StoreError) in try runtime.store.issueAssertChallenge(keyId: keyId, ttlSeconds: ttl) }
+        try admitChallenge(record)
+        return try runtime.challenges.codec().issue(.assert, keyId: keyId, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds)
+    }
+
+    /// `app_attest.challenge_rate_limit`, per client address (`server.trusted_proxies` applied).
+    private func admitChallenge(_ record: RequestRecord) throws(GatewayError) {
+        if let seconds = runtime.challengeLimiter?.admit(record.clientIP) { throw .challengeRateLimited(retryAfterSeconds: seconds) }
     }
 
     private func challengeResponse(_ challenge: String) -> HTTPResponse {
@@ -103,14 +110,13 @@ struct BuiltinEndpoints {
                      body: .bytes(Array(challenge.utf8)))
     }
 
-    /// Consumes the challenge first (one use, even if the attestation then fails), verifies, stores.
+    /// Checks the challenge's MAC, kind and expiry, verifies the attestation, then spends the challenge (so
+    /// only a valid attestation writes to Redis) and stores the key.
     private func register(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
         let registration = try RegistrationRequest(request.body)
         record.keyId = Base64.encode(registration.keyId)
-        guard let challenge = String(validating: registration.challenge, as: UTF8.self),
-              try storeCall({ () throws(StoreError) in try runtime.store.consumeAttestChallenge(challenge) }) else {
-            throw .challengeUnknown
-        }
+        guard let challengeText = String(validating: registration.challenge, as: UTF8.self) else { throw .challengeInvalid }
+        let challenge = try runtime.challenges.codec().check(challengeText, kind: .attest, keyId: nil)
         let start = DispatchTime.now().uptimeNanoseconds
         let key: AttestedKey
         do {
@@ -121,6 +127,7 @@ struct BuiltinEndpoints {
             throw .verification(error)
         }
         record.verifyMs = RequestRecord.milliseconds(since: start)
+        guard try storeCall({ () throws(StoreError) in try runtime.store.spendChallenge(challenge) }) else { throw .challengeReused }
         let stored = KeyRecord(keyId: key.keyId, environment: key.environment, appID: key.appID.description,
                                publicKeySPKI: key.publicKey.spki, counter: 0, receipt: key.receipt, createdAt: key.verifiedAt)
         guard try storeCall({ () throws(StoreError) in try runtime.store.register(stored) }) == .created else {

@@ -8,6 +8,8 @@ import Upstream
 struct Forwarder {
     let log: EventLog
     let metrics: Metrics
+    /// `server.forward_underscore_headers`.
+    var forwardUnderscoreHeaders = false
 
     struct Identity {
         let status: String
@@ -79,7 +81,7 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
     private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
-        var headers = ForwardingRules.requestHeaders(request.headers)
+        var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.hasName("Host") }) {
             headers.append(HTTPField("Host", host.value))
         }

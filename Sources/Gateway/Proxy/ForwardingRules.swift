@@ -5,7 +5,7 @@ enum ForwardingRules {
     /// Headers the gateway itself sets for the upstream: a client's copy is always dropped, so it cannot
     /// forge a verified status.
     static let gatewayPrefix = "x-attest-"
-    /// App Attest request headers: consumed here, never forwarded.
+    /// App Attest request headers (and any other `x-app-attest-*`): consumed here, never forwarded.
     static let appAttestHeaders: Set<String> = [
         "x-app-attest-key-id", "x-app-attest-assertion", "x-app-attest-client-data", "x-app-assertion", "x-app-attest-token",
         "x-app-attest-debug-token",
@@ -19,13 +19,21 @@ enum ForwardingRules {
     /// Rewritten by the gateway from the client's copy plus its own value.
     static let rewritten: Set<String> = ["x-request-id", "x-forwarded-for", "x-forwarded-proto", "forwarded"]
 
-    /// The client's headers as the upstream should see them, before the gateway adds its own.
-    static func requestHeaders(_ headers: [HTTPField]) -> [HTTPField] {
+    /// The client's headers as the upstream should see them, before the gateway adds its own. A name
+    /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
+    /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
+    /// `X-Attest-Status` would: nowhere.
+    static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
-            let name = header.name.lowercased()
+            var name = header.name.lowercased()
+            if name.utf8.contains(UInt8(ascii: "_")) {
+                guard forwardUnderscores else { return false }
+                name = String(decoding: name.utf8.map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }, as: UTF8.self)
+            }
             return !hopByHop.contains(name) && !named.contains(name) && !name.hasPrefix("proxy-")
-                && !name.hasPrefix(gatewayPrefix) && !appAttestHeaders.contains(name) && !rewritten.contains(name)
+                && !name.hasPrefix(gatewayPrefix) && !name.hasPrefix("x-app-attest-") && !appAttestHeaders.contains(name)
+                && !rewritten.contains(name)
         }
     }
 

@@ -15,7 +15,13 @@ public enum GatewayError: Error, Equatable {
     /// The request body could not be read: too large, too slow, malformed, the client left, or the
     /// process-wide body budget is spent.
     case body(BodyReadError)
-    case challengeUnknown
+    /// Not a challenge this gateway issued (malformed, wrong MAC, or issued for another key id).
+    case challengeInvalid
+    case challengeExpired
+    /// An attestation challenge presented with an assertion, or the other way round.
+    case challengeWrongKind
+    case challengeReused
+    case challengeRateLimited(retryAfterSeconds: Int)
     case keyUnknown
     case keyRevoked
     case keyAlreadyRegistered
@@ -54,7 +60,11 @@ public enum GatewayError: Error, Equatable {
         case .badPath: return "bad_path"
         case .bodyTooLarge: return "body_too_large"
         case .body(let error): return error.reasonCode
-        case .challengeUnknown: return "challenge_unknown"
+        case .challengeInvalid: return "challenge_invalid"
+        case .challengeExpired: return "challenge_expired"
+        case .challengeWrongKind: return "challenge_wrong_kind"
+        case .challengeReused: return "challenge_reused"
+        case .challengeRateLimited: return "challenge_rate_limited"
         case .keyUnknown: return "key_unknown"
         case .keyRevoked: return "key_revoked"
         case .keyAlreadyRegistered: return "key_already_registered"
@@ -93,7 +103,7 @@ public enum GatewayError: Error, Equatable {
         case .badHeader, .badRequest, .badPath: return 400
         case .bodyTooLarge: return 413
         case .body(let error): return error.status
-        case .challengeUnknown, .keyAlreadyRegistered: return 409
+        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused, .keyAlreadyRegistered: return 409
         case .keyRevoked, .routeDenied: return 403
         case .routeNotFound: return 404
         case .methodNotAllowed: return 405
@@ -102,7 +112,7 @@ public enum GatewayError: Error, Equatable {
         case .upstreamTimeout: return 504
         case .deviceTokenMissing, .deviceTokenInvalid: return 401
         case .deviceTokenReused, .alreadyClaimed, .claimInProgress: return 409
-        case .rateLimited: return 429
+        case .rateLimited, .challengeRateLimited: return 429
         case .deviceFlagged, .riskTooHigh: return 403
         case .appleUnavailable, .appleMisconfigured: return 503
         case .tokenExpired, .tokenInvalid: return 401
@@ -118,10 +128,14 @@ public enum GatewayError: Error, Equatable {
         switch self {
         case .verification(let error): return error.message
         case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
-        case .badPath: return "the request path is malformed (bad percent escape, encoded slash or dot segment)"
+        case .badPath: return "the request path is malformed (bad percent escape, encoded slash, dot segment or \";\")"
         case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
         case .body(let error): return error.message
-        case .challengeUnknown: return "the challenge is unknown, expired or already used; fetch a new one"
+        case .challengeInvalid: return "the challenge was not issued by this gateway, or was issued for another key id; fetch a new one"
+        case .challengeExpired: return "the challenge has expired; fetch a new one"
+        case .challengeWrongKind: return "an attestation challenge was used for an assertion, or the other way round; fetch one from the right endpoint"
+        case .challengeReused: return "the challenge was already used; fetch a new one for every request"
+        case .challengeRateLimited(let seconds): return "too many challenges for this client address; retry in \(seconds) s"
         case .keyUnknown: return "the key id is not registered; attest the key first"
         case .keyRevoked: return "the key has been revoked"
         case .keyAlreadyRegistered: return "this key id is already registered; generate a new key to attest again"
@@ -150,6 +164,14 @@ public enum GatewayError: Error, Equatable {
         case .tokenSigningFailed(let detail): return "the gateway could not sign a token: \(detail)"
         case .debugTokenInvalid: return "the debug token is not one of this gateway's app_attest.debug_tokens"
         case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
+        }
+    }
+
+    /// The `Retry-After` of a 429.
+    var retryAfterSeconds: Int? {
+        switch self {
+        case .rateLimited(let seconds), .challengeRateLimited(let seconds): return seconds
+        default: return nil
         }
     }
 
@@ -183,7 +205,7 @@ extension GatewayError {
         switch rejection {
         case .keyUnknown: self = .keyUnknown
         case .keyRevoked: self = .keyRevoked
-        case .challengeUnknown: self = .challengeUnknown
+        case .challengeReused: self = .challengeReused
         case .counterNotIncreasing:
             self = .verification(VerificationError(.counterNotIncreasing, "the counter is not above the highest one seen for this key (replay?)"))
         }

@@ -20,15 +20,24 @@ public final class GatewayRuntime: Sendable {
     let apple: AppleRuntime?
     /// Gateway tokens, when the config has an `app_attest.token` section.
     let tokens: GatewayTokens?
+    /// Issues and checks challenges (StatelessChallenge.swift).
+    let challenges: ChallengeAuthority
+    /// `app_attest.challenge_rate_limit`, when set.
+    let challengeLimiter: ChallengeRateLimiter?
 
     private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?,
-                 tokens: GatewayTokens?) {
+                 tokens: GatewayTokens?, previous: GatewayRuntime?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
         self.apple = apple
         self.tokens = tokens
+        challenges = ChallengeAuthority(configured: config.appAttest.challengeSecrets, store: store, previous: previous?.challenges)
+        // Counts survive a reload that keeps the same limit.
+        challengeLimiter = config.appAttest.challengeRateLimit.map { limit in
+            previous?.challengeLimiter.flatMap { $0.limit == limit ? $0 : nil } ?? ChallengeRateLimiter(limit: limit)
+        }
         attestationPolicy = AttestationPolicy(apps: config.appAttest.apps, environments: Set(config.appAttest.environments),
                                               trustAnchor: config.appAttest.trustAnchor)
     }
@@ -61,7 +70,7 @@ public final class GatewayRuntime: Sendable {
         metrics.apply(KnownSeries(config: config).updates)
         let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
         return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
-                              tokens: tokens)
+                              tokens: tokens, previous: previous)
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {

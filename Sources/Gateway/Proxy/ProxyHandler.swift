@@ -77,7 +77,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         response.headers.append(HTTPField("X-Attest-Error", error.reasonCode))
         response.headers.append(HTTPField("X-Request-Id", record.requestId))
         if case .methodNotAllowed(let allowed) = error { response.headers.append(HTTPField("Allow", allowed.joined(separator: ", "))) }
-        if case .rateLimited(let seconds) = error { response.headers.append(HTTPField("Retry-After", String(seconds))) }
+        if let seconds = error.retryAfterSeconds { response.headers.append(HTTPField("Retry-After", String(seconds))) }
         if case .body(.overloaded) = error { response.headers.append(HTTPField("Retry-After", "1")) }
         return response
     }
@@ -86,6 +86,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse? {
         let head = exchange.head
         guard let path = PathDecoding.decode(head.path) else { throw .badPath }
+        if !runtime.config.hardening.allowPathParameters, PathDecoding.hasPathParameters(path) { throw .badPath }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
@@ -122,7 +123,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         }
         let status: Int
         do {
-            status = try await Forwarder(log: log, metrics: metrics)
+            status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders)
                 .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, identity: outcome.identity,
                          record: record)
         } catch {

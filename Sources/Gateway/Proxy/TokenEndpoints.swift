@@ -18,7 +18,8 @@ extension BuiltinEndpoints {
         let route = RouteConfig(match: .exact(path), methods: ["POST"], upstream: nil, policy: .assert,
                                 maxBodyBytes: Self.tokenRequestBodyLimit, rateLimit: tokens.config.rateLimit)
         let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
-                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments)
+                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
+                              challenges: runtime.challenges)
         let passed = try gate.check(request, decodedPath: path, route: route, record: record)
         let token = try tokens.mint(keyId: passed.keyId, app: passed.appID, environment: passed.environment)
         metrics.increment("gateway_tokens_minted_total", ["environment": passed.environment.rawValue], help: "Gateway tokens minted.")

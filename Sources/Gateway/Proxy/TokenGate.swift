@@ -29,7 +29,8 @@ extension AssertRoute {
             throw .assertionMissing("this route does not accept X-App-Attest-Token; send a signed request (X-App-Attest-Key-Id, X-App-Attest-Assertion, X-App-Attest-Client-Data)")
         }
         let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
-                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments)
+                              apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
+                              challenges: runtime.challenges)
         let passed = try gate.check(request, decodedPath: path, route: route, record: record)
         return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion")
     }

@@ -1,15 +1,16 @@
 import AssertionCheck
 import Foundation
 
-/// The gateway's shared state in Redis: challenges, attested keys, and their sign counters.
+/// The gateway's shared state in Redis: attested keys, their sign counters, and spent challenges.
 ///
-/// Attestation: `issueAttestChallenge`, then `consumeAttestChallenge` (single use, even if verification
-/// fails afterwards), then `register` on the key's slot. The two steps touch two slots, which is safe:
-/// the challenge is gone after the first step either way.
+/// Challenges are issued without Redis (they carry their own MAC and expiry, see `ChallengeCodec`); Redis
+/// only remembers the ones that were used, until they expire.
 ///
-/// Assertion: `issueAssertChallenge(keyId:)` binds the challenge to the key (so `/assert/challenge`
-/// requires `key_id`), and `commitAssertion` checks the key, burns the challenge and advances the
-/// counter in one script on the key's slot, so concurrent replays cannot both pass.
+/// Attestation: once the attestation verified, `spendChallenge` (single use), then `register` on the key's
+/// slot. The two steps touch two slots, which is safe: the challenge is spent after the first step either way.
+///
+/// Assertion: `commitAssertion` checks the key, spends the challenge and advances the counter in one
+/// script, so concurrent replays cannot both pass.
 public final class AttestStore: Sendable {
     public static let maxCounterWindow = 4096
     public let pool: RedisPool
@@ -19,30 +20,6 @@ public final class AttestStore: Sendable {
     public init(pool: RedisPool, keyPrefix: String = "aag") throws(StoreError) {
         self.pool = pool
         self.keys = try StoreKeys(prefix: keyPrefix)
-    }
-
-    /// A fresh attestation challenge: base64url of 32 random bytes, valid for `ttlSeconds`.
-    public func issueAttestChallenge(ttlSeconds: Int) throws(StoreError) -> String {
-        try issue(ttlSeconds: ttlSeconds, purpose: "attest") { keys.attestChallenge($0) }
-    }
-
-    /// True exactly once per issued attestation challenge, within its TTL.
-    public func consumeAttestChallenge(_ challenge: String) throws(StoreError) -> Bool {
-        guard StoreKeys.isPlausible(challenge: challenge) else { return false }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.consumeChallenge.run(on: connection, keys: [keys.attestChallenge(challenge)],
-                                             arguments: [Array("attest".utf8)])
-        }
-        return try Self.integer(reply, from: scripts.consumeChallenge) == 1
-    }
-
-    /// A fresh assertion challenge usable only with `keyId`, valid for `ttlSeconds`. It is issued whether
-    /// or not the key is registered (the commit rejects unknown keys), so it reveals nothing about keys.
-    public func issueAssertChallenge(keyId: [UInt8], ttlSeconds: Int) throws(StoreError) -> String {
-        guard StoreKeys.isPlausible(keyId: keyId) else {
-            throw .invalidArgument("key id must be 1-\(StoreKeys.maxKeyIdBytes) bytes")
-        }
-        return try issue(ttlSeconds: ttlSeconds, purpose: "assert") { keys.assertChallenge($0, keyId: keyId) }
     }
 
     /// Stores a newly attested key unless its key id already has a record in any environment.
@@ -94,23 +71,24 @@ public final class AttestStore: Sendable {
     }
 
     /// Records one verified assertion (see `StoreScripts.commitAssertion` for the rules). `challenge` is
-    /// nil on routes whose client data is the request itself rather than a challenge. A key id or
-    /// challenge that cannot have been stored (empty, or over `StoreKeys` bounds) is refused without a
-    /// round trip; `window` is the number of recent counters tolerated out of order (0 = strict).
+    /// nil on routes whose client data is the request itself rather than a challenge. A key id that cannot
+    /// have been stored (empty, or over `StoreKeys` bounds) is refused without a round trip; `window` is
+    /// the number of recent counters tolerated out of order (0 = strict).
     /// `rateLimit` applies per key and `route` (a route's log name).
-    public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: String?,
+    public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?,
                                 counter: UInt32, window: Int, rateLimit: RateLimit? = nil, route: String = "",
                                 now: Date = Date()) throws(StoreError) -> CommitOutcome {
         guard (0...Self.maxCounterWindow).contains(window) else {
             throw .invalidArgument("counter window must be 0-\(Self.maxCounterWindow), got \(window)")
         }
         guard StoreKeys.isPlausible(keyId: keyId) else { return .rejected(.keyUnknown) }
-        if let challenge, !StoreKeys.isPlausible(challenge: challenge) { return .rejected(.challengeUnknown) }
+        if let challenge { try challenge.validate() }
         let commitKeys = [keys.record(keyId: keyId, environment: environment),
                           keys.window(keyId: keyId, environment: environment), keys.rate(keyId: keyId, route: route)]
-            + (challenge.map { [keys.assertChallenge($0, keyId: keyId)] } ?? [])
+            + (challenge.map { [keys.spentChallenge($0.id, keyId: $0.boundToKey ? keyId : nil)] } ?? [])
         let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
-                         String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000)].map { Array($0.utf8) }
+                         String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000),
+                         String(challenge?.ttlMs ?? 0)].map { Array($0.utf8) }
         let reply = try pool.with { connection throws(StoreError) in
             try scripts.commitAssertion.run(on: connection, keys: commitKeys, arguments: arguments)
         }
@@ -132,20 +110,6 @@ public final class AttestStore: Sendable {
     public func ping() -> Bool {
         let reply = try? pool.with { connection throws(StoreError) in try connection.command("PING") }
         return reply == .status("PONG")
-    }
-
-    private func issue(ttlSeconds: Int, purpose: String, key: (String) -> [UInt8]) throws(StoreError) -> String {
-        guard ttlSeconds > 0 else { throw .invalidArgument("challenge TTL must be positive, got \(ttlSeconds) s") }
-        let challenge = Self.randomChallenge()
-        let set = [Array("SET".utf8), key(challenge)] + [purpose, "NX", "EX", String(ttlSeconds)].map { Array($0.utf8) }
-        let reply = try pool.with { connection throws(StoreError) in try connection.command(set) }
-        // NX refuses only a collision of 256-bit random values: something is badly wrong if it happens.
-        guard reply == .status("OK") else { throw reply.storeError(context: "SET of a new \(purpose) challenge") }
-        return challenge
-    }
-
-    private static func randomChallenge() -> String {
-        Base64.encodeURLSafe(SecureRandom.bytes(32))
     }
 
     static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {

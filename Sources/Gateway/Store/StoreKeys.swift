@@ -5,10 +5,11 @@ import AssertionCheck
 ///
 ///     <prefix>:{<key id>}:<environment>:key   hash: the key record (`KeyRecord.fields`)
 ///     <prefix>:{<key id>}:<environment>:win   sorted set: counters accepted below the highest (window > 0)
-///     <prefix>:{<key id>}:ch:<challenge>      string "assert", TTL: an assertion challenge bound to the key
+///     <prefix>:{<key id>}:ch:<challenge id>   string, TTL: a spent assertion challenge that was issued for this key
 ///     <prefix>:{<key id>}:claim:<route>       string, TTL: a `once_per_device` request of the key in flight
 ///     <prefix>:{<key id>}:rate:<route>        integer, TTL: the key's accepted assertions in the current `rate_limit` window
-///     <prefix>:ch:{<challenge>}               string "attest", TTL: an attestation challenge (no key yet)
+///     <prefix>:ch:{<challenge id>}            string, TTL: a spent challenge issued without a key id
+///     <prefix>:challenge-secret                string: the challenge HMAC secret, when no file gives one
 ///     <prefix>:dt:{<SHA-256 of device token>}  string, TTL: a DeviceCheck token already used once
 ///     <prefix>:receipt-refresh                 sorted set: "<environment>:<key id>" by next refresh time
 ///
@@ -33,13 +34,13 @@ struct StoreKeys: Sendable {
     static func isPlausible(keyId: [UInt8]) -> Bool { (1...maxKeyIdBytes).contains(keyId.count) }
     static func isPlausible(challenge: String) -> Bool { (1...maxChallengeBytes).contains(challenge.utf8.count) }
 
-    func attestChallenge(_ challenge: String) -> [UInt8] {
-        Array("\(prefix):ch:{\(challenge)}".utf8)
+    /// Where a spent challenge is recorded: in the slot of the key it was issued for, or under its own tag.
+    func spentChallenge(_ id: String, keyId: [UInt8]?) -> [UInt8] {
+        guard let keyId else { return Array("\(prefix):ch:{\(id)}".utf8) }
+        return Array("\(prefix):\(tag(keyId)):ch:\(id)".utf8)
     }
 
-    func assertChallenge(_ challenge: String, keyId: [UInt8]) -> [UInt8] {
-        Array("\(prefix):\(tag(keyId)):ch:\(challenge)".utf8)
-    }
+    var challengeSecret: [UInt8] { Array("\(prefix):challenge-secret".utf8) }
 
     func record(keyId: [UInt8], environment: AppAttestEnvironment) -> [UInt8] {
         Array("\(prefix):\(tag(keyId)):\(environment.rawValue):key".utf8)

@@ -10,8 +10,8 @@ public enum RegisterOutcome: Equatable, Sendable {
 public enum CommitRejection: String, Error, Equatable, Sendable {
     case keyUnknown = "key_unknown"
     case keyRevoked = "key_revoked"
-    /// Never issued for this key, expired, or already used.
-    case challengeUnknown = "challenge_unknown"
+    /// The challenge was used before (by this key, or, if it was issued without a key id, by any key).
+    case challengeReused = "challenge_reused"
     /// Not above the highest accepted counter, and not an unused counter inside the window.
     case counterNotIncreasing = "counter_not_increasing"
 
@@ -25,6 +25,6 @@ public enum CommitOutcome: Equatable, Sendable {
     case accepted(previousCounter: UInt32, riskMetric: Int? = nil)
     case rejected(CommitRejection)
     /// Valid, but the key used up its `rate_limit` window; the next one starts in `retryAfterMs`.
-    /// Nothing was recorded but the challenge, which is burned like on any other presentation.
+    /// Nothing was recorded but the challenge, which is spent like on any other presentation.
     case rateLimited(retryAfterMs: Int)
 }

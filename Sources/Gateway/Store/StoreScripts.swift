@@ -1,13 +1,19 @@
-/// The store's Lua scripts. Each runs atomically on one hash tag (see `StoreKeys`); each either makes
-/// all of its changes or none, except that a presented challenge is always burned.
+/// The store's Lua scripts. Each runs atomically on one hash tag (see `StoreKeys`; the one exception is
+/// the record of a spent challenge issued without a key id, see `commitAssertion`); each either makes all
+/// of its changes or none, except that a challenge presented by a live key is always spent.
 struct StoreScripts: Sendable {
-    /// Takes a challenge out of the store on its first presentation, whatever the caller does next;
-    /// answers 1 only when it was issued for the purpose in ARGV[1].
-    let consumeChallenge = LuaScript(name: "consume_challenge", source: """
-        local purpose = redis.call('GET', KEYS[1])
-        if purpose then redis.call('DEL', KEYS[1]) end
-        if purpose == ARGV[1] then return 1 end
+    /// Records a spent challenge for the rest of its lifetime; answers 1 the first time, 0 when it was spent
+    /// already. KEYS[1] the spent-challenge record, ARGV[1] its TTL (ms).
+    let spendChallenge = LuaScript(name: "spend_challenge", source: """
+        if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 1 end
         return 0
+        """)
+
+    /// The challenge HMAC secret shared by every gateway on this Redis: ARGV[1] becomes it unless one is
+    /// there already. KEYS[1] the secret. Answers the secret in force.
+    let challengeSecret = LuaScript(name: "challenge_secret", source: """
+        redis.call('SET', KEYS[1], ARGV[1], 'NX')
+        return redis.call('GET', KEYS[1])
         """)
 
     /// Creates a key record unless the key id is registered already, in any environment (answers 0).
@@ -23,26 +29,25 @@ struct StoreScripts: Sendable {
         """)
 
     /// Accepts one assertion or changes nothing (but the challenge). Checks in order: key known, not
-    /// revoked, challenge fresh, counter new, rate limit. Counter rule: above the highest accepted; or, with
+    /// revoked, challenge not spent before (then it is spent, whatever follows), counter new, rate limit.
+    /// Counter rule: above the highest accepted; or, with
     /// a window N > 0, one of the N counters below the highest, above `window_floor`, and not accepted
     /// before (requests that overtook each other). A window-0 commit does not track which counters below
     /// the highest were used, so it raises `window_floor` to the new highest: nothing at or below it is
     /// ever accepted again, whatever window a later route (or a reloaded config) uses. The rate counter
     /// counts assertions that passed every other check, refused ones included (a fixed window).
-    /// KEYS[1] record, KEYS[2] window, KEYS[3] rate counter, KEYS[4] assertion challenge (absent when the
-    /// route binds no challenge). ARGV[1] counter, ARGV[2] window N, ARGV[3] now (Unix seconds),
-    /// ARGV[4] rate limit (0 = none), ARGV[5] rate window (ms).
+    /// KEYS[1] record, KEYS[2] window, KEYS[3] rate counter, KEYS[4] the spent-challenge record (absent
+    /// when the route binds no challenge): in the key's slot for a challenge issued for this key, under the
+    /// challenge's own tag otherwise (one challenge, one use, whichever key presents it; that key is outside
+    /// the record's slot, which plain Redis allows and Cluster would not). ARGV[1] counter, ARGV[2] window N,
+    /// ARGV[3] now (Unix seconds), ARGV[4] rate limit (0 = none), ARGV[5] rate window (ms), ARGV[6] the
+    /// challenge's remaining lifetime (ms): how long its spent record is kept.
     /// Answers {'accepted', previous highest, risk metric or ''}, {'rate_limited', ms left} or {reason code}.
     let commitAssertion = LuaScript(name: "commit_assertion", source: """
-        local challengeFresh = true
-        if KEYS[4] then
-          challengeFresh = redis.call('GET', KEYS[4]) == 'assert'
-          redis.call('DEL', KEYS[4])
-        end
         local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked', 'window_floor', 'risk_metric')
         if not record[1] then return {'key_unknown'} end
         if record[2] == '1' then return {'key_revoked'} end
-        if not challengeFresh then return {'challenge_unknown'} end
+        if KEYS[4] and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[6]) then return {'challenge_reused'} end
         local highest = tonumber(record[1])
         local floor = tonumber(record[3] or '0')
         local counter = tonumber(ARGV[1])

@@ -1,0 +1,53 @@
+import AssertionCheck
+
+/// A verified challenge being spent (see `ChallengeCodec`): Redis keeps it only while it could still be used.
+public struct ChallengeUse: Sendable, Equatable {
+    /// The challenge's random part, base64url.
+    public let id: String
+    /// Issued for one key id: recorded in that key's slot. Otherwise under its own tag, so that no other
+    /// key can use it either.
+    public let boundToKey: Bool
+    /// The challenge's remaining lifetime: how long the record of its use is kept.
+    public let ttlMs: Int
+
+    public init(id: String, boundToKey: Bool, ttlMs: Int) {
+        self.id = id
+        self.boundToKey = boundToKey
+        self.ttlMs = ttlMs
+    }
+
+    static let maxTTLMs = 86_400_000
+
+    func validate() throws(StoreError) {
+        guard (1...64).contains(id.utf8.count), id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }) else {
+            throw .invalidArgument("challenge id must be 1-64 printable ASCII characters without braces")
+        }
+        guard (1...Self.maxTTLMs).contains(ttlMs) else { throw .invalidArgument("challenge TTL must be 1-\(Self.maxTTLMs) ms, got \(ttlMs)") }
+    }
+}
+
+extension AttestStore {
+    /// Records the use of a challenge that is not part of an assertion commit (registration): true the
+    /// first time, false when it was used before.
+    public func spendChallenge(_ challenge: ChallengeUse) throws(StoreError) -> Bool {
+        try challenge.validate()
+        let reply = try pool.with { connection throws(StoreError) in
+            try scripts.spendChallenge.run(on: connection, keys: [keys.spentChallenge(challenge.id, keyId: nil)],
+                                           arguments: [Array(String(challenge.ttlMs).utf8)])
+        }
+        return try Self.integer(reply, from: scripts.spendChallenge) == 1
+    }
+
+    /// The challenge HMAC secret every gateway on this Redis shares: `candidate` if none was stored yet
+    /// (SET NX: the first gateway to ask decides), otherwise the stored one.
+    public func sharedChallengeSecret(candidate: [UInt8]) throws(StoreError) -> [UInt8] {
+        let reply = try pool.with { connection throws(StoreError) in
+            try scripts.challengeSecret.run(on: connection, keys: [keys.challengeSecret], arguments: [candidate])
+        }
+        switch reply {
+        case .string(let secret) where secret.count >= 32: return secret
+        case .string: throw .unexpectedReply("the challenge secret stored in Redis is shorter than 32 bytes")
+        default: throw reply.storeError(context: "script challenge_secret")
+        }
+    }
+}
