@@ -35,6 +35,8 @@ let package = Package(
         .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
         // Event-loop threads (libuv) that are Swift task executors, and a bounded pool for blocking work.
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
+        // Redis from the event loops: RESP over the loop's own sockets, pipelined, every command bounded in time.
+        .target(name: "RedisClient", dependencies: ["EventLoop"]),
         // libcurl transport to the protected API.
         .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
         // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
@@ -43,7 +45,7 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
+            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
         ]),
         .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
         // The iOS client: Foundation only (no server module, no OpenSSL), so it builds for iOS and is tested here.
@@ -55,6 +57,7 @@ let package = Package(
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),

@@ -31,6 +31,7 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     public func start() {
         let thread = Thread { [self] in
             threadID = pthread_self()
+            pthread_setspecific(EventLoop.currentKey, Unmanaged.passUnretained(self).toOpaque())
             started.signal()
             core.run()
             core.free()
@@ -44,6 +45,17 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     }
 
     public var inLoop: Bool { pthread_equal(pthread_self(), threadID) != 0 }
+
+    /// The loop whose thread is running this code, if any.
+    public static var current: EventLoop? {
+        pthread_getspecific(currentKey).map { Unmanaged<EventLoop>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    private static let currentKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
 
     /// Runs `work` on the loop's thread (later, even when called from it).
     public func execute(_ work: @escaping @Sendable () -> Void) {

@@ -286,6 +286,95 @@ public final class TCPConnection: LoopHandle {
         handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
     }
 
+    /// An outbound connection: `host` (a name or an IP literal) is resolved without blocking the loop, then
+    /// each address is tried in turn. `done` gets the connection, or the last error; it is called once.
+    public static func connect(_ loop: EventLoop, host: String, port: Int,
+                               done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
+        let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        let context = Unmanaged.passRetained(Resolving(loop: loop, done: done) as AnyObject).toOpaque()
+        request.pointee.data = context
+        let started = uv_getaddrinfo(loop.core.loop, request, { request, status, addresses in
+            guard let request else { return }
+            let resolving = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Resolving
+            request.deallocate()
+            guard status == 0, let addresses else {
+                return resolving.done(.failure(LoopError(operation: "resolving", code: status)))
+            }
+            var candidates: [sockaddr_storage] = []
+            var next: UnsafeMutablePointer<addrinfo>? = addresses
+            while let current = next {
+                var storage = sockaddr_storage()
+                withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: current.pointee.ai_addr,
+                                                                                                     count: Int(current.pointee.ai_addrlen))) }
+                candidates.append(storage)
+                next = current.pointee.ai_next
+            }
+            uv_freeaddrinfo(addresses)
+            resolving.tryNext(candidates[...], lastError: LoopError(operation: "resolving", code: -EINVAL))
+        }, host, String(port), &hints)
+        if started < 0 {
+            Unmanaged<AnyObject>.fromOpaque(context).release()
+            request.deallocate()
+            done(.failure(LoopError(operation: "resolving \(host)", code: started)))
+        }
+    }
+
+    /// One connect attempt in flight (uv_connect_t), keeping the connection and the caller's callback.
+    private final class Resolving {
+        let loop: EventLoop
+        let done: (Result<TCPConnection, LoopError>) -> Void
+
+        init(loop: EventLoop, done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
+            self.loop = loop
+            self.done = done
+        }
+
+        func tryNext(_ candidates: ArraySlice<sockaddr_storage>, lastError: LoopError) {
+            guard var address = candidates.first else { return done(.failure(lastError)) }
+            let connection = TCPConnection(loop)
+            let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
+            let attempt = Attempt(resolving: self, connection: connection, rest: candidates.dropFirst())
+            request.pointee.data = Unmanaged.passRetained(attempt as AnyObject).toOpaque()
+            let started = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr in
+                    uv_tcp_connect(request, connection.handle, sockaddr) { request, status in
+                        guard let request else { return }
+                        let attempt = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Attempt
+                        request.deallocate()
+                        attempt.finished(status)
+                    }
+                }
+            }
+            if started < 0 {
+                Unmanaged<AnyObject>.fromOpaque(request.pointee.data).release()
+                request.deallocate()
+                connection.close()
+                tryNext(candidates.dropFirst(), lastError: LoopError(operation: "connect", code: started))
+            }
+        }
+    }
+
+    private final class Attempt {
+        let resolving: Resolving
+        let connection: TCPConnection
+        let rest: ArraySlice<sockaddr_storage>
+
+        init(resolving: Resolving, connection: TCPConnection, rest: ArraySlice<sockaddr_storage>) {
+            (self.resolving, self.connection, self.rest) = (resolving, connection, rest)
+        }
+
+        func finished(_ status: Int32) {
+            if status == 0 {
+                uv_tcp_nodelay(connection.handle, 1)
+                return resolving.done(.success(connection))
+            }
+            connection.close()
+            resolving.tryNext(rest, lastError: LoopError(operation: "connect", code: status))
+        }
+    }
+
     /// The peer's IP address as text ("127.0.0.1", "::1"), or "" when unknown.
     public var peerAddress: String {
         var storage = sockaddr_storage()

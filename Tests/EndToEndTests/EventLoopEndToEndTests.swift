@@ -9,6 +9,7 @@ final class EventLoopEndToEndTests: XCTestCase {
           - { path: "/v1/ai/stream", upstream: api, policy: pass, timeout_ms: 0, idle_timeout_ms: 1000 }
           - { path: "/bytes", upstream: api, policy: pass, timeout_ms: 0 }
           - { path: "/slow", upstream: api, policy: pass }
+          - { path_prefix: "/secure/", upstream: echo, policy: assert }
           - { path_prefix: "/", upstream: echo, policy: pass }
     """
 
@@ -58,6 +59,20 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(Set(lines?.compactMap { $0["outcome"] as? String } ?? []), ["timeout"], "\(lines?.filter { $0["outcome"] as? String != "timeout" } ?? [])")
         XCTAssertLessThan(try residentKiB(env) - rssBefore, 16 * 1024, "what the gateway held stayed bounded")
         for line in lines ?? [] { XCTAssertLessThan(line["bytes_out"] as? Int ?? .max, 8_000_000) }
+    }
+
+    func testAnUnsignedRequestIsRefusedBeforeItsBodyIsRead() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port)
+        // The head and one chunk; the rest of the body never comes. The answer must not wait for it.
+        try client.send("POST /secure/upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 401)
+        XCTAssertEqual(response.header("X-Attest-Error"), "assertion_missing")
+        XCTAssertEqual(response.header("Connection"), "close", "the unread body cannot be skipped")
+        XCTAssertTrue(client.peerClosed())
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/secure/upload" }
+        XCTAssertEqual(line?["bytes_in"] as? Int, 0)
     }
 
     func testSigtermUnderKeepAliveLoadFinishesInFlightClosesIdleAndLogsWhatWasSent() throws {

@@ -27,28 +27,33 @@ struct AssertGate {
         var keyIdBase64: String { Base64.encode(keyId) }
     }
 
-    func check(_ request: HTTPRequest, decodedPath: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Passed {
+    /// `request` carries the head only; `body` is read once the header-only checks have passed.
+    func check(_ request: HTTPRequest, body: BodySource, decodedPath: String, route: RouteConfig,
+               record: RequestRecord) async throws(GatewayError) -> Passed {
         let verifyStart = DispatchTime.now().uptimeNanoseconds
         // When present the header is authoritative: no recovery.
         let namedKeyId = try keyIdHeader(request, record: record)
         let assertion = try decoded(request, route.clientData == .body ? ["X-App-Assertion", "X-App-Attest-Assertion"] : ["X-App-Attest-Assertion"])
         let clientDataBytes: [UInt8]
         let challenge: String?
+        var claimedBodyHash: [UInt8]?
         switch route.clientData {
         case .json:
             clientDataBytes = try decoded(request, ["X-App-Attest-Client-Data"])
             let clientData: ClientData
             do {
                 clientData = try ClientData.parse(clientDataBytes)
+                // Method, path and query now; the body's hash once the signature has verified.
                 try RequestBinding.check(clientData, against: BoundRequest(method: request.method, path: decodedPath,
-                                                                             query: request.query, body: request.body))
+                                                                             query: request.query, bodySHA256: clientData.bodySHA256))
             } catch {
                 throw .verification(error)
             }
             challenge = clientData.challenge
+            claimedBodyHash = clientData.bodySHA256
         case .body:
             // Compatibility mode: the app signed the body itself; replay protection is the counter alone.
-            clientDataBytes = request.body
+            clientDataBytes = try await body.read()
             challenge = nil
         }
         // A challenge issued for one key id is checked once that key id is known (after recovery);
@@ -58,9 +63,9 @@ struct AssertGate {
         let deferred = challenge.map { namedKeyId == nil && ChallengeCodec.isBound($0) } ?? false
         if let challenge, let codec, !deferred { use = try codec.check(challenge, kind: .assert, keyId: namedKeyId) }
         let (keyId, key) = if let namedKeyId {
-            (namedKeyId, try publicKey(for: namedKeyId))
+            (namedKeyId, try await publicKey(for: namedKeyId))
         } else {
-            try recoveredKey(assertion: assertion, clientData: clientDataBytes, record: record)
+            try await recoveredKey(assertion: assertion, clientData: clientDataBytes, record: record)
         }
         if deferred, let challenge, let codec { use = try codec.check(challenge, kind: .assert, keyId: keyId) }
         // Apps and environments removed from the config stop working at once, not only for new keys.
@@ -78,21 +83,27 @@ struct AssertGate {
             throw .verification(error)
         }
         record.counter = verified.counter
+        if let claimedBodyHash {
+            let bytes = try await body.read()
+            guard Bytes.constantTimeEqual(SHA256.hash(bytes), claimedBodyHash) else {
+                throw .verification(VerificationError(.bodyHashMismatch, "SHA-256 of the request body differs from client data bodySHA256"))
+            }
+        }
         record.verifyMs = RequestRecord.milliseconds(since: verifyStart)
 
         let storeStart = DispatchTime.now().uptimeNanoseconds
         defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
-        let riskMetric = try commit(keyId: keyId, environment: key.environment, challenge: use, counter: verified.counter,
+        let riskMetric = try await commit(keyId: keyId, environment: key.environment, challenge: use, counter: verified.counter,
                                     route: route)
         return Passed(keyId: keyId, counter: verified.counter, riskMetric: riskMetric, appID: key.appID, environment: key.environment)
     }
 
     /// Answers the key's stored risk metric.
     private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?, counter: UInt32,
-                        route: RouteConfig) throws(GatewayError) -> Int? {
+                        route: RouteConfig) async throws(GatewayError) -> Int? {
         let outcome: CommitOutcome
         do {
-            outcome = try store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge, counter: counter,
+            outcome = try await store.commitAssertion(keyId: keyId, environment: environment, challenge: challenge, counter: counter,
                                                 window: route.counterWindow, rateLimit: route.rateLimit, route: route.name)
         } catch {
             throw GatewayError(error)
@@ -105,16 +116,16 @@ struct AssertGate {
     }
 
     /// The key's public half, parsed once per process; Redis is asked only on a cache miss.
-    private func publicKey(for keyId: [UInt8]) throws(GatewayError) -> KeyCache.Entry {
+    private func publicKey(for keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry {
         if let entry = cachedKey(keyId) { return entry }
-        guard let entry = try loadKey(keyId) else { throw .keyUnknown }
+        guard let entry = try await loadKey(keyId) else { throw .keyUnknown }
         return entry
     }
 
     /// The registered key among those that could have made the signature: the key cache first (every
     /// candidate), then Redis (one round trip per candidate, at most two). A signature no key could have
     /// made is `signature_invalid`; one whose keys are all unregistered, `key_unknown`.
-    private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) throws(GatewayError) -> ([UInt8], KeyCache.Entry) {
+    private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) async throws(GatewayError) -> ([UInt8], KeyCache.Entry) {
         let candidates: [RecoveredKey]
         do {
             candidates = try AssertionVerifier.candidateKeys(assertion: assertion, clientData: clientData)
@@ -131,7 +142,7 @@ struct AssertGate {
         } else {
             metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
             for candidate in candidates where found == nil {
-                if let entry = try loadKey(candidate.keyId) { found = (candidate.keyId, entry) }
+                if let entry = try await loadKey(candidate.keyId) { found = (candidate.keyId, entry) }
             }
         }
         metrics.increment("gateway_key_recoveries_total", ["result": found == nil ? "unknown" : "registered"], help: MetricHelp.keyRecoveries)
@@ -147,10 +158,10 @@ struct AssertGate {
     }
 
     /// Reads the key from Redis and caches it; nil when it is not registered.
-    private func loadKey(_ keyId: [UInt8]) throws(GatewayError) -> KeyCache.Entry? {
+    private func loadKey(_ keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry? {
         let record: PublicKeyRecord?
         do {
-            record = try store.loadPublicKey(keyId: keyId)
+            record = try await store.loadPublicKey(keyId: keyId)
         } catch {
             throw GatewayError(error)
         }

@@ -1,5 +1,6 @@
 import HTTPServer
 import AssertionCheck
+import EventLoop
 
 /// What an `assert` route decides before forwarding: an App Attest assertion (or, on `fallback:
 /// devicecheck`, a DeviceCheck token), the device's bits, the key's risk metric. Enforce mode ends the
@@ -10,6 +11,8 @@ struct AssertRoute {
     let keyCache: KeyCache
     let metrics: Metrics
     let log: EventLog
+    /// Apple's DeviceCheck API still blocks: its calls run here.
+    let blocking: BlockingPool
 
     struct Outcome {
         let identity: Forwarder.Identity
@@ -19,9 +22,9 @@ struct AssertRoute {
         var inFlight: [UInt8]? = nil
     }
 
-    func decide(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Outcome {
+    func decide(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         do {
-            return try check(request, path: path, route: route, record: record)
+            return try await check(request, body: body, path: path, route: route, record: record)
         } catch {
             guard route.mode == .report else { throw error }
             record.decision = "report_failed"
@@ -33,10 +36,11 @@ struct AssertRoute {
 
     /// `once_per_device`: the bit is set only once the upstream has done the thing (2xx). A failure here
     /// cannot undo the upstream's work, so it is logged loudly rather than turned into an error.
-    func afterUpstream(status: Int, outcome: Outcome, route: RouteConfig, record: RequestRecord) {
+    func afterUpstream(status: Int, outcome: Outcome, route: RouteConfig, record: RequestRecord) async {
         guard let device = outcome.pendingClaim, (200..<300).contains(status), let apple = runtime.apple else { return }
+        let store = runtime.store
         do {
-            try DeviceGate(apple: apple, store: runtime.store).claim(device, policy: route.deviceCheck)
+            try await offload { () throws(GatewayError) in try DeviceGate(apple: apple, store: store).claim(device, policy: route.deviceCheck) }
         } catch {
             log.event(.error, "devicecheck_claim_failed", ["request_id": record.requestId, "route": route.name,
                                                            "reason": error.reasonCode, "message": error.message])
@@ -45,17 +49,17 @@ struct AssertRoute {
 
     /// Ends the in-flight mark taken for a `once_per_device` request (after `afterUpstream`, or when
     /// forwarding failed). A failure leaves the mark to expire on its own.
-    func release(inFlight keyId: [UInt8]?, route: RouteConfig, record: RequestRecord) {
+    func release(inFlight keyId: [UInt8]?, route: RouteConfig, record: RequestRecord) async {
         guard let keyId else { return }
         do {
-            try runtime.store.releaseClaim(keyId: keyId, route: route.name)
+            try await runtime.store.releaseClaim(keyId: keyId, route: route.name)
         } catch {
             log.event(.warn, "claim_release_failed", ["request_id": record.requestId, "route": route.name,
                                                           "reason": error.reasonCode])
         }
     }
 
-    private func check(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Outcome {
+    private func check(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         if let debug = try DebugTokenGate(tokens: runtime.config.appAttest.debugTokens, metrics: metrics).check(request, route: route, record: record) {
             return Outcome(identity: debug, pendingClaim: nil)
         }
@@ -63,13 +67,13 @@ struct AssertRoute {
         let token = request.headers.first(named: DeviceGate.tokenHeader)
         let devices = runtime.apple.map { DeviceGate(apple: $0, store: runtime.store) }
         if policy.fallback, !AssertRoute.carriesAssertion(request), let token, let devices {
-            let device = try devices.authenticate(token: token, policy: policy)
+            let device = try await offload { () throws(GatewayError) in try devices.authenticate(token: token, policy: policy) }
             record.decision = "devicecheck"
             record.attestMethod = "devicecheck"
             return Outcome(identity: Forwarder.Identity(status: "devicecheck", keyId: nil, riskMetric: nil, method: "devicecheck"),
                            pendingClaim: policy.oncePerDevice == nil ? nil : device)
         }
-        let passed = try prove(request, path: path, route: route, record: record)
+        let passed = try await prove(request, body: body, path: path, route: route, record: record)
         record.riskMetric = passed.riskMetric
         try checkRisk(passed.riskMetric, policy: policy, record: record)
         var claim: DeviceGate.Device?
@@ -79,14 +83,14 @@ struct AssertRoute {
             if policy.oncePerDevice != nil {
                 // Marked before the bits are read: two requests of one app reading "not yet" at the same
                 // moment would otherwise both be forwarded and both claim.
-                try markInFlight(passed.keyId, route: route)
+                try await markInFlight(passed.keyId, route: route)
                 inFlight = passed.keyId
             }
             do {
-                let device = try devices.inspect(token: token, policy: policy)
+                let device = try await offload { () throws(GatewayError) in try devices.inspect(token: token, policy: policy) }
                 claim = policy.oncePerDevice == nil ? nil : device
             } catch {
-                release(inFlight: inFlight, route: route, record: record)
+                await release(inFlight: inFlight, route: route, record: record)
                 throw error
             }
         }
@@ -97,16 +101,22 @@ struct AssertRoute {
     }
 
     /// Held for at most the upstream's timeout plus a minute (for Apple's update), should the gateway die.
-    private func markInFlight(_ keyId: [UInt8], route: RouteConfig) throws(GatewayError) {
+    private func markInFlight(_ keyId: [UInt8], route: RouteConfig) async throws(GatewayError) {
         let timeouts = runtime.upstreams[route.upstream ?? ""].map { route.timeouts.applied(to: $0.client.target.timeouts) ?? $0.client.target.timeouts }
         let upstreamMs = timeouts.map { $0.totalMs > 0 ? $0.totalMs : $0.connectMs + $0.firstByteMs } ?? 0
         let marked: Bool
         do {
-            marked = try runtime.store.claimInFlight(keyId: keyId, route: route.name, ttlMs: upstreamMs + 60_000)
+            marked = try await runtime.store.claimInFlight(keyId: keyId, route: route.name, ttlMs: upstreamMs + 60_000)
         } catch {
             throw GatewayError(error)
         }
         guard marked else { throw .claimInProgress }
+    }
+
+    private func offload<T>(_ body: @escaping () throws(GatewayError) -> T) async throws(GatewayError) -> T {
+        try await blocking.run { () -> Result<T, GatewayError> in
+            do throws(GatewayError) { return .success(try body()) } catch { return .failure(error) }
+        }.get()
     }
 
     /// Apple calls the risk metric a signal, not a verdict: `risk_action: report` (the default) only marks it.

@@ -48,7 +48,9 @@ struct BuiltinEndpoints {
         return endpoint
     }
 
-    func handle(_ endpoint: Endpoint, _ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+    /// Challenges and keys are answered on the loop; registration and Apple's API (blocking) via `offload`.
+    func handle(_ endpoint: Endpoint, _ request: HTTPRequest, body: BodySource, record: RequestRecord,
+                offload: (@escaping () throws(GatewayError) -> HTTPResponse) async throws(GatewayError) -> HTTPResponse) async throws(GatewayError) -> HTTPResponse {
         record.route = "builtin:" + endpoint.rawValue
         guard request.method == endpoint.method else { throw .methodNotAllowed(allowed: [endpoint.method]) }
         switch endpoint {
@@ -58,11 +60,11 @@ struct BuiltinEndpoints {
         case .assertChallenge:
             return challengeResponse(try assertChallenge(request, record: record))
         case .attestVerify:
-            return try register(request, record: record)
+            return try await offload { () throws(GatewayError) in try register(request, record: record) }
         case .verifyDevice:
-            return try verifyDevice(request)
+            return try await offload { () throws(GatewayError) in try verifyDevice(request) }
         case .assertToken:
-            return try mintToken(request, record: record)
+            return try await mintToken(request, body: body, record: record)
         case .jwks:
             return try jwks()
         }

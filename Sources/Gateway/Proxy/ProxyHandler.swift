@@ -91,8 +91,9 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
             record.route = "builtin:" + endpoint.rawValue
-            let request = try await read(exchange, limit: endpoint.maxBodyBytes, record: record)
-            return try await offload { () throws(GatewayError) in try builtins.handle(endpoint, request, record: record) }
+            let body = BodySource(exchange, limit: endpoint.maxBodyBytes, record: record)
+            let request = HTTPRequest(head, body: try await body.read())
+            return try await builtins.handle(endpoint, request, body: body, record: record, offload: offload)
         }
         let route: RouteConfig
         switch runtime.router.match(method: head.method, path: path) {
@@ -105,8 +106,10 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         record.route = route.name
         // Answered without reading the body (the connection then closes rather than skip it).
         if route.policy == .deny { throw .routeDenied }
-        let request = try await read(exchange, limit: route.maxBodyBytes, record: record)
-        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
+        // A declared length over the limit is refused before any other check: it costs nothing to know.
+        if case .contentLength(let length) = head.framing, length > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
+        let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
+        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log, blocking: blocking)
         let outcome: AssertRoute.Outcome
         switch route.policy {
         case .deny:
@@ -115,10 +118,18 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.decision = "pass"
             outcome = AssertRoute.Outcome(identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil), pendingClaim: nil)
         case .assert:
-            outcome = try await offload { () throws(GatewayError) in try assertRoute.decide(request, path: path, route: route, record: record) }
+            // Every header-only check happens before the body is read (inside `decide`).
+            outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
+        }
+        let request: HTTPRequest
+        do {
+            request = HTTPRequest(head, body: try await body.read())
+        } catch {
+            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+            throw error
         }
         guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = multis[ObjectIdentifier(exchange.loop)] else {
-            await release(assertRoute, outcome, route, record)
+            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             throw .routeNotFound
         }
         let status: Int
@@ -128,33 +139,12 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
                          record: record)
         } catch {
             record.decision = "upstream_error"
-            await release(assertRoute, outcome, route, record)
+            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             throw error
         }
-        if outcome.pendingClaim != nil || outcome.inFlight != nil {
-            await blocking.run {
-                assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
-                assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
-            }
-        }
+        await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
+        await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
         return nil
-    }
-
-    private func release(_ assertRoute: AssertRoute, _ outcome: AssertRoute.Outcome, _ route: RouteConfig, _ record: RequestRecord) async {
-        guard outcome.inFlight != nil else { return }
-        await blocking.run { assertRoute.release(inFlight: outcome.inFlight, route: route, record: record) }
-    }
-
-    /// The whole request, its body read within `limit`.
-    private func read(_ exchange: HTTPExchange, limit: Int, record: RequestRecord) async throws(GatewayError) -> HTTPRequest {
-        do {
-            let body = try await exchange.readBody(limit: limit)
-            record.bytesIn = body.count
-            return HTTPRequest(exchange.head, body: body)
-        } catch {
-            if case .tooLarge(let limit) = error { throw .bodyTooLarge(limit: limit) }
-            throw .body(error)
-        }
     }
 
     /// Runs a blocking step (Redis, Apple) on the blocking pool; the request's task waits without a thread.

@@ -12,7 +12,7 @@ extension BuiltinEndpoints {
 
     /// The assertion is checked exactly as on an assert route (challenge, binding, counter, revocation),
     /// counted by `app_attest.token.rate_limit`; only then is a token signed.
-    func mintToken(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> HTTPResponse {
+    func mintToken(_ request: HTTPRequest, body: BodySource, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
         guard let tokens = runtime.tokens, let path = PathDecoding.decode(request.path) else { throw .routeNotFound }
         record.attestMethod = "assertion"
         let route = RouteConfig(match: .exact(path), methods: ["POST"], upstream: nil, policy: .assert,
@@ -20,7 +20,7 @@ extension BuiltinEndpoints {
         let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
                               apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
                               challenges: runtime.challenges)
-        let passed = try gate.check(request, decodedPath: path, route: route, record: record)
+        let passed = try await gate.check(request, body: body, decodedPath: path, route: route, record: record)
         let token = try tokens.mint(keyId: passed.keyId, app: passed.appID, environment: passed.environment)
         metrics.increment("gateway_tokens_minted_total", ["environment": passed.environment.rawValue], help: "Gateway tokens minted.")
         let body = #"{"token":"\#(token)","expires_in":\#(tokens.config.ttlSeconds)}"#

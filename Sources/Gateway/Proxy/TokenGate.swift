@@ -16,13 +16,13 @@ struct ProvenKey {
 extension AssertRoute {
     /// The route's `accept:` decides: a request with `X-App-Attest-Token` on a route that takes tokens is
     /// checked as a token, anything else as an assertion (on routes that take those).
-    func prove(_ request: HTTPRequest, path: String, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> ProvenKey {
+    func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
         let carriesToken = request.headers.contains { $0.hasName(GatewayTokens.header) }
         if route.accept.contains(.token), carriesToken || !route.accept.contains(.assertion) {
             record.attestMethod = "token"
             guard let tokens = runtime.tokens else { throw .tokenInvalid("this gateway has no app_attest.token section") }
-            return try TokenGate(tokens: tokens, store: runtime.store, apps: runtime.config.appAttest.apps,
-                                 environments: runtime.config.appAttest.environments).check(request, route: route, record: record)
+            return try await TokenGate(tokens: tokens, store: runtime.store, apps: runtime.config.appAttest.apps,
+                                       environments: runtime.config.appAttest.environments).check(request, route: route, record: record)
         }
         record.attestMethod = "assertion"
         if carriesToken, !AssertRoute.carriesAssertionHeaders(request) {
@@ -31,7 +31,7 @@ extension AssertRoute {
         let gate = AssertGate(store: runtime.store, keyCache: keyCache, metrics: metrics,
                               apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
                               challenges: runtime.challenges)
-        let passed = try gate.check(request, decodedPath: path, route: route, record: record)
+        let passed = try await gate.check(request, body: body, decodedPath: path, route: route, record: record)
         return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion")
     }
 
@@ -49,7 +49,7 @@ struct TokenGate {
     let apps: [AppID]
     let environments: [AppAttestEnvironment]
 
-    func check(_ request: HTTPRequest, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> ProvenKey {
+    func check(_ request: HTTPRequest, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
         let start = DispatchTime.now().uptimeNanoseconds
         let values = request.headers.filter { $0.hasName(GatewayTokens.header) }
         guard let token = values.first?.value, !token.isEmpty else { throw .assertionMissing("\(GatewayTokens.header) header is missing") }
@@ -69,7 +69,7 @@ struct TokenGate {
             defer { record.storeMs = RequestRecord.milliseconds(since: storeStart) }
             let outcome: TokenUseOutcome
             do {
-                outcome = try store.useToken(keyId: claims.keyId, tokenId: claims.tokenId, expiresAt: claims.expiresAt,
+                outcome = try await store.useToken(keyId: claims.keyId, tokenId: claims.tokenId, expiresAt: claims.expiresAt,
                                              spend: route.tokenUse == .limited, rateLimit: route.rateLimit, route: route.name, now: now)
             } catch {
                 throw GatewayError(error)

@@ -1,3 +1,4 @@
+import RedisClient
 import AssertionCheck
 import Foundation
 
@@ -14,11 +15,13 @@ import Foundation
 public final class AttestStore: Sendable {
     public static let maxCounterWindow = 4096
     public let pool: RedisPool
+    let transport: StoreTransport
     let keys: StoreKeys
     let scripts = StoreScripts()
 
     public init(pool: RedisPool, keyPrefix: String = "aag") throws(StoreError) {
         self.pool = pool
+        transport = StoreTransport(pool: pool)
         self.keys = try StoreKeys(prefix: keyPrefix)
     }
 
@@ -53,10 +56,20 @@ public final class AttestStore: Sendable {
 
     /// The parts of the key's record an assertion is verified with (any environment, one round trip).
     public func loadPublicKey(keyId: [UInt8]) throws(StoreError) -> PublicKeyRecord? {
-        guard StoreKeys.isPlausible(keyId: keyId) else { return nil }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.loadPublicKey.run(on: connection, keys: keys.records(keyId: keyId, environment: nil), arguments: [])
-        }
+        try transport.perform(loadPublicKeyOperation(keyId: keyId))
+    }
+
+    public func loadPublicKey(keyId: [UInt8]) async throws(StoreError) -> PublicKeyRecord? {
+        try await transport.perform(loadPublicKeyOperation(keyId: keyId))
+    }
+
+    private func loadPublicKeyOperation(keyId: [UInt8]) -> Prepared<PublicKeyRecord?> {
+        guard StoreKeys.isPlausible(keyId: keyId) else { return .answered(nil) }
+        return .send(.script(scripts.loadPublicKey, keys: keys.records(keyId: keyId, environment: nil), arguments: []),
+                     Self.publicKeyRecord)
+    }
+
+    private static func publicKeyRecord(_ reply: RedisReply) throws(StoreError) -> PublicKeyRecord? {
         switch reply {
         case .null: return nil
         case .array(let fields):
@@ -66,7 +79,7 @@ public final class AttestStore: Sendable {
                 throw .unexpectedReply("key record lacks its public key, app id or a known environment")
             }
             return PublicKeyRecord(publicKeySPKI: spki, appID: String(decoding: appID, as: UTF8.self), environment: environment)
-        default: throw reply.storeError(context: "script \(scripts.loadPublicKey.name)")
+        default: throw reply.storeError(context: "script load_public_key")
         }
     }
 
@@ -78,10 +91,23 @@ public final class AttestStore: Sendable {
     public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?,
                                 counter: UInt32, window: Int, rateLimit: RateLimit? = nil, route: String = "",
                                 now: Date = Date()) throws(StoreError) -> CommitOutcome {
+        try transport.perform(commitOperation(keyId: keyId, environment: environment, challenge: challenge, counter: counter,
+                                              window: window, rateLimit: rateLimit, route: route, now: now))
+    }
+
+    public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?,
+                                counter: UInt32, window: Int, rateLimit: RateLimit? = nil, route: String = "",
+                                now: Date = Date()) async throws(StoreError) -> CommitOutcome {
+        try await transport.perform(commitOperation(keyId: keyId, environment: environment, challenge: challenge, counter: counter,
+                                                    window: window, rateLimit: rateLimit, route: route, now: now))
+    }
+
+    private func commitOperation(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?, counter: UInt32,
+                                 window: Int, rateLimit: RateLimit?, route: String, now: Date) throws(StoreError) -> Prepared<CommitOutcome> {
         guard (0...Self.maxCounterWindow).contains(window) else {
             throw .invalidArgument("counter window must be 0-\(Self.maxCounterWindow), got \(window)")
         }
-        guard StoreKeys.isPlausible(keyId: keyId) else { return .rejected(.keyUnknown) }
+        guard StoreKeys.isPlausible(keyId: keyId) else { return .answered(.rejected(.keyUnknown)) }
         if let challenge { try challenge.validate() }
         let commitKeys = [keys.record(keyId: keyId, environment: environment),
                           keys.window(keyId: keyId, environment: environment), keys.rate(keyId: keyId, route: route)]
@@ -89,10 +115,7 @@ public final class AttestStore: Sendable {
         let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
                          String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000),
                          String(challenge?.ttlMs ?? 0)].map { Array($0.utf8) }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.commitAssertion.run(on: connection, keys: commitKeys, arguments: arguments)
-        }
-        return try Self.commitOutcome(reply)
+        return .send(.script(scripts.commitAssertion, keys: commitKeys, arguments: arguments), Self.commitOutcome)
     }
 
     /// Marks the key revoked (in `environment`, or wherever it is); false when there is no such key.
@@ -108,8 +131,11 @@ public final class AttestStore: Sendable {
 
     /// Redis answers PING within the pool's timeout (for /readyz).
     public func ping() -> Bool {
-        let reply = try? pool.with { connection throws(StoreError) in try connection.command("PING") }
-        return reply == .status("PONG")
+        (try? transport.sendBlocking(.command([Array("PING".utf8)]))) == .status("PONG")
+    }
+
+    public func ping() async -> Bool {
+        (try? await transport.send(.command([Array("PING".utf8)]))) == .status("PONG")
     }
 
     static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {

@@ -30,12 +30,19 @@ extension AttestStore {
     /// Records the use of a challenge that is not part of an assertion commit (registration): true the
     /// first time, false when it was used before.
     public func spendChallenge(_ challenge: ChallengeUse) throws(StoreError) -> Bool {
+        try transport.perform(spendOperation(challenge))
+    }
+
+    public func spendChallenge(_ challenge: ChallengeUse) async throws(StoreError) -> Bool {
+        try await transport.perform(spendOperation(challenge))
+    }
+
+    private func spendOperation(_ challenge: ChallengeUse) throws(StoreError) -> Prepared<Bool> {
         try challenge.validate()
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.spendChallenge.run(on: connection, keys: [keys.spentChallenge(challenge.id, keyId: nil)],
-                                           arguments: [Array(String(challenge.ttlMs).utf8)])
+        let script = scripts.spendChallenge
+        return .send(.script(script, keys: [keys.spentChallenge(challenge.id, keyId: nil)], arguments: [Array(String(challenge.ttlMs).utf8)])) {
+            (reply) throws(StoreError) -> Bool in try Self.integer(reply, from: script) == 1
         }
-        return try Self.integer(reply, from: scripts.spendChallenge) == 1
     }
 
     /// The challenge HMAC secret every gateway on this Redis shares: `candidate` if none was stored yet

@@ -1,3 +1,4 @@
+import RedisClient
 import AssertionCheck
 import Foundation
 
@@ -6,30 +7,48 @@ extension AttestStore {
     /// True the first time this device token is presented within `ttlSeconds` (a token is single-use here,
     /// so a captured one cannot be replayed on a fallback route).
     public func consumeDeviceToken(_ token: [UInt8], ttlSeconds: Int) throws(StoreError) -> Bool {
+        try transport.perform(consumeOperation(token, ttlSeconds: ttlSeconds))
+    }
+
+    public func consumeDeviceToken(_ token: [UInt8], ttlSeconds: Int) async throws(StoreError) -> Bool {
+        try await transport.perform(consumeOperation(token, ttlSeconds: ttlSeconds))
+    }
+
+    private func consumeOperation(_ token: [UInt8], ttlSeconds: Int) -> Prepared<Bool> {
         let command = [Array("SET".utf8), keys.usedDeviceToken(token)] + ["1", "NX", "EX", String(ttlSeconds)].map { Array($0.utf8) }
-        let reply = try pool.with { connection throws(StoreError) in try connection.command(command) }
+        return .send(.command(command)) { (reply) throws(StoreError) -> Bool in try Self.setIfAbsent(reply, "SET of a used device token") }
+    }
+
+    /// SET … NX: true when it set the key, false when the key was there.
+    private static func setIfAbsent(_ reply: RedisReply, _ context: String) throws(StoreError) -> Bool {
         switch reply {
         case .status("OK"): return true
         case .null: return false
-        default: throw reply.storeError(context: "SET of a used device token")
+        default: throw reply.storeError(context: context)
         }
     }
 
     /// Marks a `once_per_device` request of this key on this route as in flight until `releaseClaim` or `ttlMs`
     /// (the lease outlives a gateway that dies mid-request); false while another one is.
     public func claimInFlight(keyId: [UInt8], route: String, ttlMs: Int) throws(StoreError) -> Bool {
+        try transport.perform(claimOperation(keyId: keyId, route: route, ttlMs: ttlMs))
+    }
+
+    public func claimInFlight(keyId: [UInt8], route: String, ttlMs: Int) async throws(StoreError) -> Bool {
+        try await transport.perform(claimOperation(keyId: keyId, route: route, ttlMs: ttlMs))
+    }
+
+    private func claimOperation(keyId: [UInt8], route: String, ttlMs: Int) -> Prepared<Bool> {
         let command = [Array("SET".utf8), keys.claim(keyId: keyId, route: route)] + ["1", "NX", "PX", String(ttlMs)].map { Array($0.utf8) }
-        let reply = try pool.with { connection throws(StoreError) in try connection.command(command) }
-        switch reply {
-        case .status("OK"): return true
-        case .null: return false
-        default: throw reply.storeError(context: "SET of an in-flight claim")
-        }
+        return .send(.command(command)) { (reply) throws(StoreError) -> Bool in try Self.setIfAbsent(reply, "SET of an in-flight claim") }
     }
 
     public func releaseClaim(keyId: [UInt8], route: String) throws(StoreError) {
-        let command = [Array("DEL".utf8), keys.claim(keyId: keyId, route: route)]
-        _ = try pool.with { connection throws(StoreError) in try connection.command(command) }
+        _ = try transport.sendBlocking(.command([Array("DEL".utf8), keys.claim(keyId: keyId, route: route)]))
+    }
+
+    public func releaseClaim(keyId: [UInt8], route: String) async throws(StoreError) {
+        _ = try await transport.send(.command([Array("DEL".utf8), keys.claim(keyId: keyId, route: route)]))
     }
 
     /// Puts the key on the receipt-refresh schedule (or moves it) for `at`.

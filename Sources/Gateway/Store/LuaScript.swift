@@ -1,3 +1,4 @@
+import RedisClient
 
 /// A Lua script run with EVALSHA. Its SHA1 is learned from SCRIPT LOAD on first use; when Redis has
 /// forgotten it (restart, failover, SCRIPT FLUSH) the NOSCRIPT error triggers one reload and a retry.
@@ -19,6 +20,20 @@ final class LuaScript: Sendable {
             guard case .error(let message) = reply, message.hasPrefix("NOSCRIPT") else { return try checked(reply) }
         }
         return try checked(evaluate(on: connection, sha: load(on: connection), keys: keys, arguments: arguments))
+    }
+
+    /// The same over any transport that runs one command at a time (an event loop's Redis client).
+    func run(keys: [[UInt8]], arguments: [[UInt8]],
+             command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> RedisReply {
+        if let known = sha.withLock({ $0 }) {
+            let reply = try await command(["EVALSHA", known, String(keys.count)].map { Array($0.utf8) } + keys + arguments)
+            guard case .error(let message) = reply, message.hasPrefix("NOSCRIPT") else { return try checked(reply) }
+        }
+        let loaded = try await command(["SCRIPT", "LOAD", source].map { Array($0.utf8) })
+        guard case .string(let digest) = loaded else { throw loaded.storeError(context: "SCRIPT LOAD of \(name)") }
+        let sha = String(decoding: digest, as: UTF8.self)
+        self.sha.withLock { $0 = sha }
+        return try checked(await command(["EVALSHA", sha, String(keys.count)].map { Array($0.utf8) } + keys + arguments))
     }
 
     private func evaluate(on connection: RedisConnection, sha: String, keys: [[UInt8]],

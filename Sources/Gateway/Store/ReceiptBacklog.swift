@@ -1,3 +1,4 @@
+import RedisClient
 import Foundation
 
 extension AttestStore {

@@ -1,3 +1,4 @@
+import RedisClient
 import CHiredis
 #if canImport(Glibc)
 import Glibc

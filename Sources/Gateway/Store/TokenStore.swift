@@ -1,3 +1,4 @@
+import RedisClient
 import AssertionCheck
 import Foundation
 
@@ -56,15 +57,29 @@ extension AttestStore {
     /// assertions. One script on the key's slot; a reused or rate-limited token changes nothing.
     func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
                   now: Date = Date()) throws(StoreError) -> TokenUseOutcome {
+        try transport.perform(useTokenOperation(keyId: keyId, tokenId: tokenId, expiresAt: expiresAt, spend: spend,
+                                                rateLimit: rateLimit, route: route, now: now))
+    }
+
+    func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
+                  now: Date = Date()) async throws(StoreError) -> TokenUseOutcome {
+        try await transport.perform(useTokenOperation(keyId: keyId, tokenId: tokenId, expiresAt: expiresAt, spend: spend,
+                                                      rateLimit: rateLimit, route: route, now: now))
+    }
+
+    private func useTokenOperation(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?,
+                                   route: String, now: Date) throws(StoreError) -> Prepared<TokenUseOutcome> {
         guard StoreKeys.isPlausible(keyId: keyId) else { throw .invalidArgument("key id must be 1-\(StoreKeys.maxKeyIdBytes) bytes") }
         let spentKey = Array("\(keys.prefix):{\(Base64.encodeURLSafe(keyId))}:jti:\(tokenId)".utf8)
         // The mark outlives the token by a minute, so a token accepted within the clock skew stays spent.
         let lifetimeMs = max(1000, (expiresAt - KeyRecord.seconds(now) + 60) * 1000)
         let arguments = [spend ? "1" : "0", String(lifetimeMs), String(rateLimit?.requests ?? 0),
                          String((rateLimit?.perSeconds ?? 0) * 1000)].map { Array($0.utf8) }
-        let reply = try pool.with { connection throws(StoreError) in
-            try Self.useTokenScript.run(on: connection, keys: [spentKey, keys.rate(keyId: keyId, route: route)], arguments: arguments)
-        }
+        return .send(.script(Self.useTokenScript, keys: [spentKey, keys.rate(keyId: keyId, route: route)], arguments: arguments),
+                     Self.tokenUseOutcome)
+    }
+
+    private static func tokenUseOutcome(_ reply: RedisReply) throws(StoreError) -> TokenUseOutcome {
         guard case .array(let items) = reply, case .string(let status)? = items.first else {
             throw reply.storeError(context: "script \(Self.useTokenScript.name)")
         }

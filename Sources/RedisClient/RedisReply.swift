@@ -10,7 +10,7 @@ public enum RedisReply: Equatable, Sendable {
 
 extension RedisReply {
     /// A short form for error messages: never the payload, which may be a receipt or a key.
-    var kind: String {
+    public var kind: String {
         switch self {
         case .string(let bytes): return "bulk string of \(bytes.count) bytes"
         case .status(let text): return "status \(text)"

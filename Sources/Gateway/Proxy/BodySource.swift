@@ -1,0 +1,38 @@
+import HTTPServer
+
+/// The request body, read from the client once and only when first needed: on assert routes after every
+/// header-only check (client data, binding, key, signature), so an unsigned request never makes the
+/// gateway take in its body.
+final class BodySource {
+    private let exchange: HTTPExchange
+    private let limit: Int
+    private let record: RequestRecord
+    private var bytes: [UInt8]?
+
+    init(_ exchange: HTTPExchange, limit: Int, record: RequestRecord) {
+        self.exchange = exchange
+        self.limit = limit
+        self.record = record
+    }
+
+    /// A body already in hand (the built-in endpoints read theirs first).
+    init(bytes: [UInt8], exchange: HTTPExchange, record: RequestRecord) {
+        self.exchange = exchange
+        self.limit = bytes.count
+        self.record = record
+        self.bytes = bytes
+    }
+
+    func read() async throws(GatewayError) -> [UInt8] {
+        if let bytes { return bytes }
+        do {
+            let body = try await exchange.readBody(limit: limit)
+            record.bytesIn = body.count
+            bytes = body
+            return body
+        } catch {
+            if case .tooLarge(let limit) = error { throw .bodyTooLarge(limit: limit) }
+            throw .body(error)
+        }
+    }
+}

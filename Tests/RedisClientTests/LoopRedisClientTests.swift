@@ -1,0 +1,118 @@
+import EventLoop
+import Foundation
+import RedisClient
+import TestSupport
+import XCTest
+
+/// The event-loop Redis client against a real redis-server: pipelining, login, timeouts, reconnection.
+final class LoopRedisClientTests: XCTestCase {
+    private var loop: EventLoop!
+
+    override func setUpWithError() throws {
+        loop = try EventLoop(name: "redis-test")
+        loop.start()
+    }
+
+    override func tearDown() {
+        loop.stop()
+    }
+
+    /// Runs `body` as a task on the loop and waits for it (bounded).
+    private func onLoop<T: Sendable>(_ body: @escaping @Sendable () async -> T) throws -> T {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: T?
+        let loop: EventLoop = self.loop
+        Task(executorPreference: loop) {
+            result = await body()
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 10) == .success, let result else { throw XCTSkip("the loop task did not finish") }
+        return result
+    }
+
+    private func client(_ server: RedisTestServer, password: String? = nil, database: Int = 0, timeoutMs: Int = 500,
+                        connections: Int = 2) -> Unchecked<LoopRedisClient> {
+        let login = RedisLogin(host: "127.0.0.1", port: server.port, username: nil, password: password, database: database)
+        let loop: EventLoop = self.loop
+        return Unchecked(loop.sync { LoopRedisClient(loop: loop, login: login, connections: connections, timeoutMs: timeoutMs) })
+    }
+
+    private static func bytes(_ words: String...) -> [[UInt8]] { words.map { Array($0.utf8) } }
+
+    /// The error a command ends with, nil when it got a reply.
+    private static func failure(_ redis: Unchecked<LoopRedisClient>, _ words: String...) async -> RedisClientError? {
+        do throws(RedisClientError) {
+            _ = try await redis.value.command(words.map { Array($0.utf8) })
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func testManyConcurrentCommandsGetTheirOwnRepliesInOrder() throws {
+        let server = try RedisTestServer()
+        defer { server.stop() }
+        let redis = client(server)
+        let loop = Unchecked(self.loop!)
+        let replies = try onLoop { () -> [RedisReply] in
+            await withTaskGroup(of: (Int, RedisReply).self) { group in
+                for index in 0..<500 {
+                    group.addTask(executorPreference: loop.value) {
+                        let reply = try? await redis.value.command(Self.bytes("SET", "k\(index)", "v\(index)"))
+                        _ = reply
+                        return (index, (try? await redis.value.command(Self.bytes("GET", "k\(index)"))) ?? .null)
+                    }
+                }
+                var collected = [RedisReply](repeating: .null, count: 500)
+                for await (index, reply) in group { collected[index] = reply }
+                return collected
+            }
+        }
+        XCTAssertEqual(replies, (0..<500).map { .string(Array("v\($0)".utf8)) })
+    }
+
+    func testLogsInAndSelectsTheDatabase() throws {
+        let server = try RedisTestServer(password: "s3cret")
+        defer { server.stop() }
+        let good = client(server, password: "s3cret", database: 3)
+        let reply = try onLoop { () -> RedisReply? in
+            _ = try? await good.value.command(Self.bytes("SET", "where", "db3"))
+            return try? await good.value.command(Self.bytes("CLIENT", "INFO"))
+        }
+        guard case .string(let info)? = reply else { return XCTFail("no CLIENT INFO: \(String(describing: reply))") }
+        XCTAssertTrue(String(decoding: info, as: UTF8.self).contains("db=3"))
+        let bad = client(server, password: "wrong")
+        let refused = try onLoop { await Self.failure(bad, "PING") }
+        guard case .unavailable(let message)? = refused else { return XCTFail("a wrong password must fail the command") }
+        XCTAssertTrue(message.contains("AUTH"), message)
+        XCTAssertFalse(message.contains("wrong"), "the password is never in an error")
+    }
+
+    func testAServerThatStopsAnsweringTimesOutAndTheClientRecovers() throws {
+        let server = try RedisTestServer()
+        defer { server.stop() }
+        let redis = client(server, timeoutMs: 300, connections: 1)
+        XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"))
+        server.pause()
+        let started = Date()
+        let failed = try onLoop { await Self.failure(redis, "PING") }
+        server.resume()
+        guard case .timeout? = failed else { return XCTFail("expected a timeout, got \(String(describing: failed))") }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+        XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"), "a new connection")
+    }
+
+    func testARestartedServerIsReconnectedAndARefusedOneIsUnavailable() throws {
+        let server = try RedisTestServer()
+        defer { server.stop() }
+        let redis = client(server, connections: 1)
+        XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"))
+        try server.restart()
+        // The first command may meet the dead connection; the next one opens a new one.
+        _ = try onLoop { try? await redis.value.command(Self.bytes("PING")) }
+        XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"))
+        server.stop()
+        let refused = try onLoop { await Self.failure(redis, "PING") }
+        guard case .unavailable? = refused else { return XCTFail("expected unavailable, got \(String(describing: refused))") }
+    }
+}

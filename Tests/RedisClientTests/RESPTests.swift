@@ -1,0 +1,36 @@
+import RedisClient
+import XCTest
+
+/// The protocol codec on its own: commands out, replies in, whole or in pieces, and hostile input refused.
+final class RESPTests: XCTestCase {
+    func testCommandsAreBinarySafeArraysOfBulkStrings() {
+        var buffer: [UInt8] = []
+        RESP.encode([Array("SET".utf8), [0, 13, 10, 255]], into: &buffer)
+        XCTAssertEqual(buffer, Array("*2\r\n$3\r\nSET\r\n$4\r\n".utf8) + [0, 13, 10, 255] + Array("\r\n".utf8))
+    }
+
+    func testEveryReplyTypeParsesAndIncompleteInputWaits() throws {
+        let wire = Array("+OK\r\n-ERR no\r\n:-42\r\n$3\r\na\r\n\r\n$-1\r\n*2\r\n$1\r\nx\r\n*1\r\n:1\r\n*-1\r\n".utf8)
+        var replies: [RedisReply] = []
+        var position = 0
+        while let (reply, end) = try RESP.parse(wire, from: position) {
+            replies.append(reply)
+            position = end
+        }
+        XCTAssertEqual(replies, [.status("OK"), .error("ERR no"), .integer(-42), .string(Array("a\r\n".utf8)), .null,
+                                 .array([.string([UInt8(ascii: "x")]), .array([.integer(1)])]), .null])
+        XCTAssertEqual(position, wire.count)
+        // Every proper prefix of a reply is "not yet", never an error or a wrong reply.
+        let one = Array("*2\r\n$5\r\nhello\r\n:7\r\n".utf8)
+        for cut in 0..<one.count { XCTAssertNil(try RESP.parse(Array(one[..<cut]), from: 0), "prefix \(cut)") }
+        XCTAssertEqual(try RESP.parse(one, from: 0)?.reply, .array([.string(Array("hello".utf8)), .integer(7)]))
+    }
+
+    func testMalformedRepliesAreErrorsNotCrashes() {
+        for bad in ["?x\r\n", ":abc\r\n", "$-2\r\n", "$3\r\nabcd\r\n", "*-5\r\n", "$99999999999\r\n", "*99999999\r\n"] {
+            XCTAssertThrowsError(try RESP.parse(Array(bad.utf8), from: 0), bad)
+        }
+        let deep = Array((String(repeating: "*1\r\n", count: 40) + ":1\r\n").utf8)
+        XCTAssertThrowsError(try RESP.parse(deep, from: 0), "nesting is bounded")
+    }
+}
