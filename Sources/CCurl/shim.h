@@ -22,6 +22,10 @@ typedef size_t (*ccurl_data_callback)(char *buffer, size_t size, size_t nitems, 
 static inline CURLcode ccurl_easy_setopt_data_callback(CURL *handle, CURLoption option, ccurl_data_callback cb) {
     return curl_easy_setopt(handle, option, cb);
 }
+typedef size_t (*ccurl_read_callback)(char *buffer, size_t size, size_t nitems, void *userdata);
+static inline CURLcode ccurl_easy_setopt_read_callback(CURL *handle, ccurl_read_callback cb) {
+    return curl_easy_setopt(handle, CURLOPT_READFUNCTION, cb);
+}
 static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }
@@ -62,6 +66,8 @@ static inline CURLcode ccurl_easy_getinfo_pointer(CURL *handle, CURLINFO info, c
 }
 // Macros Swift cannot import.
 static inline size_t ccurl_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
+static inline size_t ccurl_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
+static inline size_t ccurl_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 static inline int ccurl_pause_cont(void) { return CURLPAUSE_CONT; }
 static inline curl_socket_t ccurl_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
 #endif

@@ -40,10 +40,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var inValue = false
     private var messageComplete = false
 
-    // Body reading.
-    private var body: [UInt8] = []
+    // Body reading: pieces go to `bodySink` (false = pause until `resumeBody`), then `bodyEnd` once.
     private var bodyLimit = 0
-    private var bodyWaiter: ((Result<[UInt8], BodyReadError>) -> Void)?
+    private var bodyReceived = 0
+    private var bodySink: ((UnsafeRawBufferPointer) -> Bool)?
+    private var bodyEnd: ((BodyReadError?) -> Void)?
+    private var bodyPaused = false
     private var bodyError: BodyReadError?
     private var bodyStarted = false
     private var reserved = 0
@@ -97,11 +99,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             inbound.append(contentsOf: bytes)
             parseHead()
         case .handling:
-            if bodyWaiter != nil && inbound.isEmpty {
+            let reading = bodyEnd != nil && !bodyPaused
+            if reading && inbound.isEmpty {
                 feedBody(bytes)
             } else {
                 inbound.append(contentsOf: bytes)
-                if bodyWaiter != nil { feedBufferedBody() }
+                if reading { feedBufferedBody() }
                 if inbound.count > Self.pipelineBound { socket.stopReading() }
             }
         case .closed:
@@ -114,6 +117,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         case .idle, .head, .closed:
             close()
         case .handling(let exchange):
+            // Everything is queued: a client that read it all and closed is no abort; the writes tell.
+            if responseEnded && error == nil && !clientGone {
+                keepAlive = false
+                return
+            }
             clientLeft(exchange)
         }
     }
@@ -125,7 +133,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         }
         if socket.queuedBytes <= Self.lowWatermark { wakeWriters() }
         if socket.queuedBytes == 0 {
-            if responseEnded { responseFlushed() } else if case .handling = phase, bodyWaiter == nil { timer.stop() }
+            if responseEnded { responseFlushed() } else if case .handling = phase, bodyEnd == nil { timer.stop() }
         } else {
             timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
         }
@@ -197,7 +205,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         if parser.isUpgrade { messageComplete = true }
         let exchange = HTTPExchange(head: head, loop: loop, connection: self)
         phase = .handling(exchange)
-        (body, bodyError, bodyStarted, reserved) = ([], nil, false, 0)
+        (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, 0, 0, false)
         (responseStarted, responseEnded, chunked, headOnly, clientGone, finishedOutcome, outcomeOverride) = (false, false, false, method == "HEAD", false, nil, nil)
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
@@ -243,40 +251,61 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     func parsedBody(_ bytes: UnsafeRawBufferPointer) {
-        guard bodyError == nil else { return }
-        guard body.count + bytes.count <= bodyLimit else {
+        guard bodyError == nil, let sink = bodySink else { return }
+        guard bodyReceived + bytes.count <= bodyLimit else {
             bodyError = .tooLarge(limit: bodyLimit)
             return
         }
-        guard shared.bodyBudget.reserve(bytes.count) else {
-            bodyError = .overloaded
-            return
-        }
-        reserved += bytes.count
-        body.append(contentsOf: bytes)
+        bodyReceived += bytes.count
+        if !sink(bytes) { bodyPaused = true }
     }
 
     func parsedMessageComplete() { messageComplete = true }
 
     // MARK: - Body
 
+    /// The whole body, held within the process-wide budget.
     func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
-        guard case .handling(let exchange) = phase, !clientGone else { return done(.failure(.clientGone)) }
-        guard !bodyStarted else { return done(.success([])) }
+        var collected: [UInt8] = []
+        streamBody(limit: limit, sink: { [unowned self] bytes in
+            guard shared.bodyBudget.reserve(bytes.count) else {
+                bodyError = .overloaded
+                return true
+            }
+            reserved += bytes.count
+            collected.append(contentsOf: bytes)
+            return true
+        }, end: { error in done(error.map { .failure($0) } ?? .success(collected)) })
+    }
+
+    /// The body piece by piece as it arrives: `sink` answering false pauses reading (the socket's too)
+    /// until `resumeBody()`; `end` comes once, nil after the last byte.
+    func streamBody(limit: Int, sink: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (BodyReadError?) -> Void) {
+        guard case .handling(let exchange) = phase, !clientGone else { return end(.clientGone) }
+        guard !bodyStarted else { return end(nil) }
         bodyStarted = true
         if case .contentLength(let length) = exchange.head.framing, length > limit {
             keepAlive = false  // the body stays unread
-            return done(.failure(.tooLarge(limit: limit)))
+            return end(.tooLarge(limit: limit))
         }
-        if messageComplete { return done(.success([])) }
-        if clientGone { return done(.failure(.clientGone)) }
+        if messageComplete { return end(nil) }
         if exchange.head.httpVersion == "HTTP/1.1", exchange.head.headers.contains(where: { $0.hasName("Expect") && $0.value.lowercased() == "100-continue" }) {
             socket.write(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
         }
-        bodyLimit = limit
-        bodyWaiter = done
+        (bodyLimit, bodySink, bodyEnd) = (limit, sink, end)
         feedBufferedBody()
-        if bodyWaiter != nil {
+        if bodyEnd != nil && !bodyPaused {
+            socket.startReading()
+            timer.start(milliseconds: shared.limits.bodyTimeoutMs)
+        }
+    }
+
+    /// The consumer of a streamed body caught up.
+    func resumeBody() {
+        guard bodyPaused, bodyEnd != nil else { return }
+        bodyPaused = false
+        feedBufferedBody()
+        if bodyEnd != nil && !bodyPaused {
             socket.startReading()
             timer.start(milliseconds: shared.limits.bodyTimeoutMs)
         }
@@ -298,24 +327,27 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         case .failed(let detail):
             if bodyError == nil { bodyError = .malformed(detail) }
         }
-        if bodyError != nil {
+        if let bodyError {
             keepAlive = false
             socket.stopReading()
-            finishBody(.failure(bodyError!))
+            finishBody(bodyError)
         } else if messageComplete {
-            finishBody(.success(body))
-            body = []
+            finishBody(nil)
+        } else if bodyPaused {
+            // The consumer's pace now, not the client's: no body timeout while it catches up.
+            socket.stopReading()
+            timer.stop()
         } else {
             timer.start(milliseconds: shared.limits.bodyTimeoutMs)  // between reads
         }
     }
 
-    private func finishBody(_ result: Result<[UInt8], BodyReadError>) {
-        guard let waiter = bodyWaiter else { return }
-        bodyWaiter = nil
+    private func finishBody(_ error: BodyReadError?) {
+        guard let end = bodyEnd else { return }
+        (bodyEnd, bodySink, bodyPaused) = (nil, nil, false)
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
-        waiter(result)
+        end(error)
     }
 
     // MARK: - Writing
@@ -377,11 +409,18 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     func endResponse() {
-        guard case .handling = phase, responseStarted, !responseEnded else { return }
+        guard case .handling(let exchange) = phase, responseStarted, !responseEnded else { return }
         responseEnded = true
         if clientGone { return }
         if chunked && !headOnly { socket.write(Self.lastChunk) }
-        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+        if socket.queuedBytes > 0 {
+            timer.start(milliseconds: shared.limits.sendTimeoutMs)
+        } else {
+            // Everything was written already (no last chunk to send): no write callback will come to say so.
+            loop.executeOnLoop { [self] in
+                if case .handling(let current) = phase, current === exchange, socket.queuedBytes == 0 { responseFlushed() }
+            }
+        }
     }
 
     func abort(_ outcome: ExchangeOutcome) {
@@ -445,7 +484,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         clientGone = true
         keepAlive = false
         socket.stopReading()
-        finishBody(.failure(.clientGone))
+        finishBody(.clientGone)
         let gone = exchange.onClientGone
         exchange.onClientGone = nil
         gone?()
@@ -485,8 +524,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             reject(RequestFraming.Violation(status: 408, reason: "header_timeout",
                                             message: "the request head did not arrive within \(shared.limits.headerTimeoutMs) ms"))
         case .handling(let exchange):
-            if bodyWaiter != nil {
-                finishBody(.failure(.timeout))
+            if bodyEnd != nil {
+                finishBody(.timeout)
                 keepAlive = false
             } else if socket.queuedBytes > 0 {
                 // The client stopped reading: the producer is told to stop, the connection goes.
@@ -523,7 +562,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         phase = .closed
         timer.close()
         socket.close()
-        finishBody(.failure(.clientGone))
+        finishBody(.clientGone)
         wakeWriters()
         shared.connectionClosed(self)
     }

@@ -105,6 +105,14 @@ public final class HTTPExchange: @unchecked Sendable {
         return try result.value.get()
     }
 
+    /// The body piece by piece, for relaying it without holding it whole: `sink` answering false pauses
+    /// reading until `resumeBody()`; `end` comes once (nil after the last byte, or why the body failed).
+    public func streamBody(limit: Int, sink: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (BodyReadError?) -> Void) {
+        connection.streamBody(limit: limit, sink: sink, end: end)
+    }
+
+    public func resumeBody() { connection.resumeBody() }
+
     /// Whether the client is still there to receive a response.
     public var isClientGone: Bool { connection.clientGone }
 

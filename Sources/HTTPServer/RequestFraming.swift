@@ -7,6 +7,12 @@ public enum RequestFraming: Equatable, Sendable {
     case contentLength(Int)
     case chunked
 
+    /// The Content-Length the client declared, if it did.
+    public var declaredLength: Int? {
+        if case .contentLength(let length) = self { return length }
+        return nil
+    }
+
     public struct Violation: Error, Equatable, Sendable {
         public let status: Int
         public let reason: String

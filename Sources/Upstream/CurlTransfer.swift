@@ -4,6 +4,9 @@ import CCurl
 // CurlTransfer and freed in its deinit; the rest of the module sees Swift values and UpstreamError.
 
 /// curl's process-wide setup; Swift runs a global's initialiser exactly once, thread-safely.
+/// What curl's read callback answers to fail the transfer.
+let ccurlAbortCode = ccurl_readfunc_abort()
+
 let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 
 /// One reusable exchange slot: an easy handle driven either by a multi handle of its own (blocking mode:
@@ -23,7 +26,11 @@ final class CurlTransfer: @unchecked Sendable {
     var onBody: ((UnsafeRawBufferPointer) -> Bool)?
     /// The exchange ended (cleanly or not).
     var onDone: ((Result<Void, UpstreamError>) -> Void)?
+    /// Loop mode: a request body sent as it arrives from the client.
+    var upload: UpstreamUpload?
     private(set) var paused = false
+    /// The receiver took the last bytes but is full: the next ones stay with curl until `resume()`.
+    private var receiverFull = false
     private let errorBuffer: UnsafeMutablePointer<CChar>
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var attached = false
@@ -102,8 +109,10 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     /// A fresh exchange's options, before it is added to a multi handle.
-    func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget, timeouts: UpstreamTimeouts? = nil) throws(UpstreamError) {
+    func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget, timeouts: UpstreamTimeouts? = nil,
+                 upload: UpstreamUpload? = nil) throws(UpstreamError) {
         detach()
+        self.upload = upload
         curl_easy_reset(easy)
         errorBuffer[0] = 0
         try configureTransport(url: url, timeouts: timeouts ?? target.timeouts)
@@ -122,6 +131,7 @@ final class CurlTransfer: @unchecked Sendable {
 
     /// Loop mode: lets a paused transfer deliver again (curl may call back from inside this call).
     func resume() {
+        receiverFull = false
         guard paused else { return }
         paused = false
         curl_easy_pause(easy, ccurl_pause_cont())
@@ -156,9 +166,11 @@ final class CurlTransfer: @unchecked Sendable {
             attached = false
         }
         paused = false
+        receiverFull = false
         onHeaders = nil
         onBody = nil
         onDone = nil
+        upload = nil
         curl_slist_free_all(headerList)
         headerList = nil
         status = 0
@@ -193,6 +205,13 @@ final class CurlTransfer: @unchecked Sendable {
     private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
         if request.method == "HEAD" {
             try set(CURLOPT_NOBODY, 1)
+        } else if let upload {
+            // Streamed: curl pulls the body through the read callback, with the client's length or chunked.
+            try set(CURLOPT_POST, 1)
+            try check(ccurl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(upload.length ?? -1)), CURLOPT_POSTFIELDSIZE_LARGE)
+            try check(ccurl_easy_setopt_read_callback(easy, onUploadRead), CURLOPT_READFUNCTION)
+            try check(ccurl_easy_setopt_pointer(easy, CURLOPT_READDATA, Unmanaged.passUnretained(self).toOpaque()), CURLOPT_READDATA)
+            if request.method != "POST" { try set(CURLOPT_CUSTOMREQUEST, request.method) }
         } else if request.sendsBody {
             let bodySet = request.body.withUnsafeBytes {
                 ccurl_easy_set_request_body(easy, $0.baseAddress, curl_off_t($0.count))
@@ -317,9 +336,14 @@ final class CurlTransfer: @unchecked Sendable {
     /// False: curl pauses the transfer and delivers the same bytes again after `resume()`.
     fileprivate func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if let onBody {
-            if onBody(bytes) { return true }
-            paused = true
-            return false
+            // Bytes handed to the receiver are consumed even when it then reports full: only the next
+            // delivery is refused (paused), or curl would hand the same bytes over again.
+            if receiverFull {
+                paused = true
+                return false
+            }
+            if !onBody(bytes) { receiverFull = true }
+            return true
         }
         // Loop mode before anyone relays the body: a bounded amount waits, then curl pauses.
         if multi == nil && pendingBody.count >= 64 * 1024 {
@@ -328,6 +352,16 @@ final class CurlTransfer: @unchecked Sendable {
         }
         pendingBody.append(contentsOf: bytes)
         return true
+    }
+
+    /// Loop mode: the next upload bytes for curl; nil = none yet (curl pauses until `resume()`).
+    fileprivate func readUpload(_ buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        guard let upload else { return 0 }
+        guard let count = upload.take(into: buffer) else {
+            paused = true
+            return nil
+        }
+        return count
     }
 
     /// Loop mode: body bytes that arrived before anyone took them (read once, by whoever relays the body).
@@ -349,4 +383,10 @@ private func onBodyBytes(buffer: UnsafeMutablePointer<CChar>?, size: Int, count:
     let accepted = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
         .receiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count))
     return accepted ? size * count : ccurl_writefunc_pause()
+}
+
+private func onUploadRead(buffer: UnsafeMutablePointer<CChar>?, size: Int, count: Int, context: UnsafeMutableRawPointer?) -> Int {
+    guard let context, let buffer else { return 0 }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    return transfer.readUpload(UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) ?? ccurl_readfunc_pause()
 }

@@ -194,11 +194,15 @@ public final class UpstreamStream: @unchecked Sendable {
 extension UpstreamClient {
     /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived.
     /// `timeouts` replaces the target's for this exchange (a route's own).
-    public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil) async throws(UpstreamError) -> UpstreamStream {
+    /// `upload` streams the request body as the client sends it (then `request.body` is not used).
+    public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
+                     upload: UpstreamUpload? = nil) async throws(UpstreamError) -> UpstreamStream {
         try request.validate()
         let timeouts = timeouts ?? target.timeouts
         let transfer = try multi.checkOut()
-        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts)
+        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
+                             upload: upload)
+        upload?.transfer = transfer
         let watchdog = Watchdog(multi.loop, idleMs: timeouts.idleMs)
         let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
             var waiting = true
@@ -255,5 +259,60 @@ final class Watchdog {
     func close() {
         expired = nil
         timer.close()
+    }
+}
+
+/// A request body handed to curl as the client sends it. Bounded: past 64 KiB waiting, `write` answers
+/// false and the producer waits for `onDrained` (the client's socket is not read meanwhile).
+public final class UpstreamUpload: @unchecked Sendable {
+    /// The client's Content-Length, or nil: chunked to the upstream.
+    public let length: Int?
+    /// Called when what waits falls below 16 KiB after `write` answered false.
+    public var onDrained: (() -> Void)?
+    weak var transfer: CurlTransfer?
+    private var pending: [UInt8] = []
+    private var offset = 0
+    private var finished = false
+    private var aborted = false
+    private var full = false
+
+    public init(length: Int?) { self.length = length }
+
+    public func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        pending.append(contentsOf: bytes)
+        transfer?.resume()
+        full = pending.count - offset > 64 * 1024
+        return !full
+    }
+
+    /// The last byte was written.
+    public func finish() {
+        finished = true
+        transfer?.resume()
+    }
+
+    /// The client's body failed: the upstream exchange fails too rather than take a truncated body for whole.
+    public func abort() {
+        aborted = true
+        transfer?.resume()
+    }
+
+    /// curl's read: bytes copied, 0 at the end, nil when it must wait (or `abortCode` after `abort`).
+    func take(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        if aborted { return ccurlAbortCode }
+        let available = pending.count - offset
+        guard available > 0 else { return finished ? 0 : nil }
+        let count = min(available, buffer.count)
+        pending.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + count)])) }
+        offset += count
+        if offset == pending.count {
+            pending.removeAll(keepingCapacity: true)
+            offset = 0
+        }
+        if full, pending.count - offset < 16 * 1024 {
+            full = false
+            onDrained?()
+        }
+        return count
     }
 }

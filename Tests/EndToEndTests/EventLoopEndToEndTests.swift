@@ -10,6 +10,7 @@ final class EventLoopEndToEndTests: XCTestCase {
           - { path: "/bytes", upstream: api, policy: pass, timeout_ms: 0 }
           - { path: "/slow", upstream: api, policy: pass }
           - { path_prefix: "/secure/", upstream: echo, policy: assert }
+          - { path_prefix: "/upload/", upstream: echo, policy: pass, max_body_bytes: 4000000 }
           - { path_prefix: "/", upstream: echo, policy: pass }
     """
 
@@ -73,6 +74,41 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertTrue(client.peerClosed())
         let line = env.gateway.waitForEvent { $0["path"] as? String == "/secure/upload" }
         XCTAssertEqual(line?["bytes_in"] as? Int, 0)
+    }
+
+    func testPassRouteBodiesStreamToTheUpstreamWithoutBeingHeldWhole() throws {
+        // A budget far below the body: a buffered body would be refused with 503 server_busy.
+        let env = try start(server: "server: { max_buffered_body_bytes: 65536 }")
+        let body = (0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let reply = try env.request("POST", "/upload/blob", body: body)
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertEqual(Data(base64Encoded: reply.json["body_base64"] as? String ?? ""), Data(body), "every byte arrived, in order")
+        XCTAssertEqual(reply.forwarded("Content-Length"), ["1500000"], "the client's length is kept")
+
+        let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try client.send("POST /upload/chunks HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        let chunked = try client.readResponse()
+        XCTAssertEqual(chunked.status, 200)
+        let seen = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(chunked.body)) as? [String: Any])
+        XCTAssertEqual(Data(base64Encoded: seen["body_base64"] as? String ?? ""), Data("hello world".utf8))
+
+        let budgeted = try env.request("POST", "/secure/x", body: [UInt8](repeating: 1, count: 200_000))
+        XCTAssertNotEqual(budgeted.status, 200, "an assert route buffers its body (to hash it)")
+    }
+
+    func testAStreamedBodyOverTheLimitIsCutAndNeverForwardedWhole() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try client.send("POST /upload/big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        let chunk = Array("10000\r\n".utf8) + [UInt8](repeating: 0x61, count: 0x10000) + Array("\r\n".utf8)
+        for _ in 0..<70 { try? client.send(chunk) }  // 4.5 MB, over the route's 4,000,000
+        try? client.send("0\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 413)
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/upload/big" }
+        XCTAssertEqual(line?["reason"] as? String, "body_too_large")
+        XCTAssertNil(env.gateway.events.first { $0["path"] as? String == "/upload/big" && $0["upstream_status"] != nil },
+                     "the upstream never answered a truncated body as whole")
     }
 
     func testSigtermUnderKeepAliveLoadFinishesInFlightClosesIdleAndLogsWhatWasSent() throws {

@@ -1,4 +1,5 @@
 import HTTPServer
+import Upstream
 
 /// The request body, read from the client once and only when first needed: on assert routes after every
 /// header-only check (client data, binding, key, signature), so an unsigned request never makes the
@@ -21,6 +22,24 @@ final class BodySource {
         self.limit = bytes.count
         self.record = record
         self.bytes = bytes
+    }
+
+    /// Why a streamed body broke off, once it did.
+    private(set) var streamFailure: GatewayError?
+
+    /// Relays the body to the upstream as it arrives (pass routes): never held whole, read no faster than
+    /// the upstream takes it.
+    func stream(into upload: UpstreamUpload) {
+        let exchange = self.exchange
+        upload.onDrained = { exchange.loop.executeOnLoop { exchange.resumeBody() } }
+        exchange.streamBody(limit: limit, sink: { [record] bytes in
+            record.bytesIn += bytes.count
+            return upload.write(bytes)
+        }, end: { [self] error in
+            guard let error else { return upload.finish() }
+            if case .tooLarge(let limit) = error { streamFailure = .bodyTooLarge(limit: limit) } else { streamFailure = .body(error) }
+            upload.abort()
+        })
     }
 
     func read() async throws(GatewayError) -> [UInt8] {

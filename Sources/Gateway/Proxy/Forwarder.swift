@@ -23,14 +23,16 @@ struct Forwarder {
 
     /// Answers the client with the upstream's response; returns its status once the relay has ended.
     func forward(_ request: HTTPRequest, exchange: HTTPExchange, multi: LoopMulti, to upstream: UpstreamBinding,
-                 timeouts: RouteTimeouts? = nil, identity: Identity, record: RequestRecord) async throws(GatewayError) -> Int {
+                 timeouts: RouteTimeouts? = nil, upload: UpstreamUpload? = nil, identity: Identity,
+                 record: RequestRecord) async throws(GatewayError) -> Int {
         let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
         let stream: UpstreamStream
         do {
-            stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts))
+            stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
+                                                    upload: upload)
         } catch {
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],

@@ -121,9 +121,12 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             // Every header-only check happens before the body is read (inside `decide`).
             outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
         }
+        // A pass route relays the body as it arrives; an assert route has read (and hashed) it already.
+        let upload = route.policy == .pass && head.hasBody ? UpstreamUpload(length: head.framing.declaredLength) : nil
         let request: HTTPRequest
         do {
-            request = HTTPRequest(head, body: try await body.read())
+            if let upload { body.stream(into: upload) }
+            request = HTTPRequest(head, body: upload == nil ? try await body.read() : [])
         } catch {
             await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             throw error
@@ -135,11 +138,13 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         let status: Int
         do {
             status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders)
-                .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, identity: outcome.identity,
-                         record: record)
+                .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, upload: upload,
+                         identity: outcome.identity, record: record)
         } catch {
-            record.decision = "upstream_error"
             await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+            // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
+            if let failure = body.streamFailure { throw failure }
+            record.decision = "upstream_error"
             throw error
         }
         await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
