@@ -45,9 +45,11 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "DeviceSimulator", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
+            "AssertionCheck", "AppleServices", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
         ]),
-        .executableTarget(name: "GatewayCLI", dependencies: ["Gateway"]),
+        // The command line: serve and the operator commands from Gateway; demo and bench preparation (simulated
+        // devices) live here only, so the server library never links the simulator.
+        .executableTarget(name: "GatewayCLI", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream"]),
         // The iOS client: Foundation only (no server module, no OpenSSL), so it builds for iOS and is tested here.
         .target(name: "AppAttestClient"),
         // The client's AppAttestService played by DeviceSimulator (tests and demo only, never an app).

@@ -8,8 +8,8 @@ public struct UsageError: Error, CustomStringConvertible {
 
 /// Runs one subcommand's body with the exit codes every command shares: a usage error prints the usage and
 /// exits 2; any other error is printed (after `hint`, if given) and exits 1.
-enum CommandRunner {
-    static func run(_ name: String, usage: String, hint: String? = nil, _ body: () throws -> Int32) -> Int32 {
+public enum CommandRunner {
+    public static func run(_ name: String, usage: String, hint: String? = nil, _ body: () throws -> Int32) -> Int32 {
         do {
             return try body()
         } catch let error as UsageError {
@@ -23,14 +23,14 @@ enum CommandRunner {
 }
 
 /// `--name value` / `--name=value` options, repeatable ones, boolean flags and positionals.
-struct Arguments {
+public struct Arguments {
     private var options: [String: [String]] = [:]
-    private(set) var positionals: [String] = []
+    public private(set) var positionals: [String] = []
     private var flags: Set<String> = []
     private var consumed: Set<String> = []
 
     /// `flagNames` are the options that take no value.
-    init(_ arguments: [String], flagNames: Set<String> = []) throws(UsageError) {
+    public init(_ arguments: [String], flagNames: Set<String> = []) throws(UsageError) {
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -55,36 +55,36 @@ struct Arguments {
         }
     }
 
-    mutating func flag(_ name: String) -> Bool {
+    public mutating func flag(_ name: String) -> Bool {
         consumed.insert(name)
         return flags.contains(name)
     }
 
-    mutating func optional(_ name: String) throws(UsageError) -> String? {
+    public mutating func optional(_ name: String) throws(UsageError) -> String? {
         consumed.insert(name)
         let values = options[name] ?? []
         guard values.count <= 1 else { throw UsageError("--\(name) given more than once") }
         return values.first
     }
 
-    mutating func required(_ name: String) throws(UsageError) -> String {
+    public mutating func required(_ name: String) throws(UsageError) -> String {
         guard let value = try optional(name) else { throw UsageError("--\(name) is required") }
         return value
     }
 
-    mutating func all(_ name: String) -> [String] {
+    public mutating func all(_ name: String) -> [String] {
         consumed.insert(name)
         return options[name] ?? []
     }
 
-    mutating func integer(_ name: String, default value: Int) throws(UsageError) -> Int {
+    public mutating func integer(_ name: String, default value: Int) throws(UsageError) -> Int {
         guard let text = try optional(name) else { return value }
         guard let number = Int(text) else { throw UsageError("--\(name) must be an integer, got \"\(text)\"") }
         return number
     }
 
     /// Fails on options nobody asked for: a typo must not be silently ignored.
-    func rejectUnknown() throws(UsageError) {
+    public func rejectUnknown() throws(UsageError) {
         let unknown = Set(options.keys).union(flags).subtracting(consumed)
         if let name = unknown.sorted().first { throw UsageError("unknown option --\(name)") }
     }

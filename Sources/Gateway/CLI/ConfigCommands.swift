@@ -2,8 +2,8 @@ import AssertionCheck
 import Foundation
 
 /// `gateway check-config FILE`: validates without starting; every problem on its own line.
-enum CheckConfigCommand {
-    static func run(_ arguments: [String]) -> Int32 {
+public enum CheckConfigCommand {
+    public static func run(_ arguments: [String]) -> Int32 {
         guard arguments.count == 1, let path = arguments.first else {
             FileHandle.standardError.write(Data("usage: gateway check-config gateway.yaml\n".utf8))
             return 2
@@ -38,10 +38,10 @@ enum CheckConfigCommand {
 }
 
 /// `gateway keys show|revoke KEY_ID --config FILE [--reason TEXT]`: the stored key records.
-enum KeysCommand {
+public enum KeysCommand {
     static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT]"
 
-    static func run(_ arguments: [String]) -> Int32 {
+    public static func run(_ arguments: [String]) -> Int32 {
         do {
             var options = try Arguments(arguments)
             guard options.positionals.count == 2, let action = options.positionals.first, ["show", "revoke"].contains(action) else {

@@ -3,10 +3,10 @@ import Foundation
 
 /// `gateway devicecheck query|set --config FILE --token B64 [--bit0 true|false] [--bit1 true|false]`:
 /// an operator's view of a device's two bits, with the gateway's own Apple credentials.
-enum DeviceCheckCommand {
+public enum DeviceCheckCommand {
     static let usage = "usage: gateway devicecheck query|set --config gateway.yaml --token <base64 device token> [--bit0 true|false] [--bit1 true|false]"
 
-    static func run(_ arguments: [String]) -> Int32 {
+    public static func run(_ arguments: [String]) -> Int32 {
         do {
             var options = try Arguments(arguments)
             guard options.positionals.count == 1, let action = options.positionals.first, ["query", "set"].contains(action) else {

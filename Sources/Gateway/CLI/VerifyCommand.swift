@@ -3,7 +3,7 @@ import Foundation
 
 /// `gateway verify attestation|assertion …`: offline verification for debugging a device.
 /// Prints one JSON object; exit 0 valid, 1 invalid, 2 usage error.
-enum VerifyCommand {
+public enum VerifyCommand {
     static let usage = """
     usage: gateway verify attestation --attestation-b64 B64 --key-id B64 (--challenge-b64 B64 | --client-data-hash-b64 B64)
                                       --app TEAMID.bundle.id [--app …] --environment production|development|any
@@ -15,7 +15,7 @@ enum VerifyCommand {
     one of them, --config the one registered in that gateway's Redis.
     """
 
-    static func run(_ arguments: [String]) -> Int32 {
+    public static func run(_ arguments: [String]) -> Int32 {
         CommandRunner.run("verify", usage: usage) {
             guard let kind = arguments.first else { throw UsageError("verify what: attestation or assertion?") }
             var options = try Arguments(Array(arguments.dropFirst()), flagNames: ["explain"])

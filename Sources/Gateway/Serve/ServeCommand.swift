@@ -7,10 +7,10 @@ import HTTPServer
 /// `gateway serve --config FILE`: the proxy on `listen`, the admin endpoints on `admin_listen`.
 /// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
 /// drain in-flight requests and exit 0.
-enum ServeCommand {
+public enum ServeCommand {
     static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N] [--trust-anchor PEM (tests and demos only)]"
 
-    static func run(_ arguments: [String]) -> Int32 {
+    public static func run(_ arguments: [String]) -> Int32 {
         let path: String
         let drainSeconds: Int
         let anchorOverride: (anchor: TrustAnchor, file: String)?

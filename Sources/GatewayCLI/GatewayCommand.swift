@@ -1,3 +1,9 @@
+import AssertionCheck
+import DeviceSimulator
+import EventLoop
+import Gateway
+import HTTPServer
+import Upstream
 import Foundation
 
 /// `gateway <command> …`: the one entry point of the executable.

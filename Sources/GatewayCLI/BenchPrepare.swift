@@ -1,3 +1,6 @@
+import EventLoop
+import Gateway
+import HTTPServer
 import AssertionCheck
 import DeviceSimulator
 import Foundation

@@ -1,3 +1,7 @@
+import EventLoop
+import Gateway
+import HTTPServer
+import Upstream
 import AssertionCheck
 import DeviceSimulator
 import Foundation

@@ -1,3 +1,5 @@
+import DeviceSimulator
+import Gateway
 import AssertionCheck
 import Dispatch
 import EventLoop
