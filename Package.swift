@@ -37,6 +37,8 @@ let package = Package(
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
         // Redis from the event loops: RESP over the loop's own sockets, pipelined, every command bounded in time.
         .target(name: "RedisClient", dependencies: ["EventLoop"]),
+        // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
+        .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient", "CHiredis"]),
         // libcurl transport to the protected API.
         .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
         // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
@@ -45,7 +47,7 @@ let package = Package(
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CHiredis", "CYAML", "CBuildInfo",
+            "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CYAML", "CBuildInfo",
         ]),
         // The command line: serve and the operator commands from Gateway; demo and bench preparation (simulated
         // devices) live here only, so the server library never links the simulator.
@@ -61,7 +63,8 @@ let package = Package(
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "TestSupport"]),
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",
+                                                   "RedisClient", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
         .testTarget(name: "AppAttestClientTests", dependencies: [
             "AppAttestClient", "SimulatedAppAttest", "AssertionCheck", "DeviceSimulator", "TestSupport",

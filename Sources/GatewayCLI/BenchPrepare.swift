@@ -1,3 +1,5 @@
+import RedisClient
+import AttestStore
 import EventLoop
 import Gateway
 import HTTPServer

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import Upstream
 import HTTPServer
 import AssertionCheck

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import AssertionCheck
 import Foundation
 @testable import Gateway

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import AssertionCheck
 
 /// `app_attest:` — which apps may call, and how their keys are verified.

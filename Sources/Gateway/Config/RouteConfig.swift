@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 /// What the gateway does with requests on a route.
 public enum RoutePolicy: String, CaseIterable, Sendable {
     /// Require a valid App Attest assertion.
@@ -30,18 +33,6 @@ public enum AcceptedProof: String, CaseIterable, Sendable {
 public enum TokenUse: String, CaseIterable, Sendable {
     case reusable
     case limited
-}
-
-/// `rate_limit:` on an assert route: at most `requests` accepted assertions per app key in each
-/// `perSeconds`-long window (a fixed window that starts with the key's first request in it).
-public struct RateLimit: Sendable, Equatable {
-    public let requests: Int
-    public let perSeconds: Int
-
-    public init(requests: Int, perSeconds: Int) {
-        self.requests = requests
-        self.perSeconds = perSeconds
-    }
 }
 
 /// One entry of `routes:`.

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import AssertionCheck
 import Foundation
 
@@ -18,7 +21,7 @@ public struct TokenConfig: Sendable {
     public let rateLimit: RateLimit?
 
     /// A token lives at most a day: the revocation set only needs a day of history.
-    public static let maxTTLSeconds = 86_400
+    public static let maxTTLSeconds = AttestStore.maxTokenTTLSeconds
 
     /// Relative key paths are resolved against `baseDirectory` (the config file's folder).
     static func read(_ value: ConfigValue?, baseDirectory: String) -> TokenConfig? {

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import Foundation
 
 /// Prometheus text exposition of counters and histograms. Label sets are small and fixed by the

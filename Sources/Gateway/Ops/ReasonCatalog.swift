@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import AppleServices
 import AssertionCheck
 import Upstream

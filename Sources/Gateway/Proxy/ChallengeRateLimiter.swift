@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import Foundation
 
 /// `app_attest.challenge_rate_limit`: at most `requests` challenges per client address in each fixed

@@ -1,3 +1,6 @@
+import RedisClient
+import EventLoop
+import AttestStore
 import AssertionCheck
 
 /// The attested public keys, kept in process: a key never changes after registration, only its counter

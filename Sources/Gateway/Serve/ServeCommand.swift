@@ -1,3 +1,5 @@
+import RedisClient
+import AttestStore
 import AssertionCheck
 import Dispatch
 import EventLoop

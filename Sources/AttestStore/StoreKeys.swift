@@ -1,3 +1,4 @@
+import EventLoop
 import AssertionCheck
 
 /// The Redis key layout. Everything about one App Attest key shares the hash tag `{<key id>}`, so

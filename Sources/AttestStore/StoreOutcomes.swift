@@ -1,3 +1,4 @@
+import EventLoop
 /// How a registration ended.
 public enum RegisterOutcome: Equatable, Sendable {
     case created

@@ -1,3 +1,4 @@
+import EventLoop
 /// The store's Lua scripts. Each runs atomically on one hash tag (see `StoreKeys`; the one exception is
 /// the record of a spent challenge issued without a key id, see `commitAssertion`); each either makes all
 /// of its changes or none, except that a challenge presented by a live key is always spent.

@@ -1,3 +1,4 @@
+import EventLoop
 /// Why the state store could not answer. The gateway turns `unavailable` and `unexpectedReply` into
 /// 503s; `invalidArgument` is a configuration or programming mistake caught before Redis is asked.
 public enum StoreError: Error, Equatable, Sendable {

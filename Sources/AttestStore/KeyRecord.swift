@@ -1,3 +1,4 @@
+import EventLoop
 import RedisClient
 import AssertionCheck
 import Foundation
@@ -75,7 +76,7 @@ extension KeyRecord {
         receiptRefreshedAt = try hash.optional("receipt_refreshed_at", hash.date)
     }
 
-    static func seconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
+    public static func seconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
 }
 
 /// Typed reads of one Redis hash; a missing or malformed field means someone else wrote the key.

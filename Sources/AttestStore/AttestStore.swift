@@ -1,3 +1,4 @@
+import EventLoop
 import RedisClient
 import AssertionCheck
 import Foundation
@@ -14,6 +15,8 @@ import Foundation
 /// script, so concurrent replays cannot both pass.
 public final class AttestStore: Sendable {
     public static let maxCounterWindow = 4096
+    /// The longest gateway-token lifetime (`app_attest.token.ttl_seconds`): revocations are kept this long.
+    public static let maxTokenTTLSeconds = 86_400
     public let pool: RedisPool
     let transport: StoreTransport
     let keys: StoreKeys

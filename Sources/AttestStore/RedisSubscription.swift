@@ -1,3 +1,4 @@
+import EventLoop
 import RedisClient
 import CHiredis
 #if canImport(Glibc)
@@ -9,8 +10,8 @@ import Glibc
 /// `RedisConnection`: a subscribed connection can do nothing else, and waiting for a push must not break
 /// the connection when nothing comes (hiredis' blocking read flags a timeout as a fatal error, so this type
 /// polls the socket itself and only reads what is there).
-final class RedisSubscription {
-    enum Push: Equatable {
+public final class RedisSubscription {
+    public enum Push: Equatable {
         /// A message published on the channel.
         case message([UInt8])
         /// The answer to `ping()`: every message published before the ping has been delivered.
@@ -26,7 +27,7 @@ final class RedisSubscription {
     private static let brokenPipeIgnored: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
 
     /// Connects within `timeoutMs`, logs in, subscribes and waits (at most `timeoutMs`) for the confirmation.
-    init(endpoint: RedisEndpoint, timeoutMs: Int, channel: [UInt8]) throws(StoreError) {
+    public init(endpoint: RedisEndpoint, timeoutMs: Int, channel: [UInt8]) throws(StoreError) {
         _ = Self.brokenPipeIgnored
         let timeout = timeval(tv_sec: timeoutMs / 1000, tv_usec: (timeoutMs % 1000) * 1000)
         let made: UnsafeMutablePointer<redisContext>?
@@ -54,12 +55,12 @@ final class RedisSubscription {
     deinit { redisFree(context) }
 
     /// Sends PING; its `.pong` comes back in order with the messages.
-    func ping() throws(StoreError) {
+    public func ping() throws(StoreError) {
         try send([Array("PING".utf8)])
     }
 
     /// The next push, waiting at most `waitingMs`; nil when nothing came. Throws once the connection is gone.
-    func next(waitingMs: Int) throws(StoreError) -> Push? {
+    public func next(waitingMs: Int) throws(StoreError) -> Push? {
         guard let reply = try reply(waitingMs: waitingMs) else { return nil }
         guard case .array(let items) = reply, case .string(let kind)? = items.first else { return .other }
         switch String(decoding: kind, as: UTF8.self) {

@@ -1,3 +1,4 @@
+import EventLoop
 import Foundation
 
 /// Where Redis listens and how to log in, parsed from `redis://[[user]:password@]host[:port][/db]`

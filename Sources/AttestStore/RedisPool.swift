@@ -1,3 +1,4 @@
+import EventLoop
 import Dispatch
 
 /// A bounded pool of Redis connections shared by the HTTP server's threads (one per client connection).

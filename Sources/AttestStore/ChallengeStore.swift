@@ -1,3 +1,4 @@
+import EventLoop
 import AssertionCheck
 
 /// A verified challenge being spent (see `ChallengeCodec`): Redis keeps it only while it could still be used.
@@ -16,7 +17,7 @@ public struct ChallengeUse: Sendable, Equatable {
         self.ttlMs = ttlMs
     }
 
-    static let maxTTLMs = 86_400_000
+    public static let maxTTLMs = 86_400_000
 
     func validate() throws(StoreError) {
         guard (1...64).contains(id.utf8.count), id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "{") && $0 != UInt8(ascii: "}") }) else {

@@ -1,3 +1,4 @@
+import EventLoop
 import RedisClient
 
 /// A Lua script run with EVALSHA. Its SHA1 is learned from SCRIPT LOAD on first use; when Redis has

@@ -1,3 +1,4 @@
+import EventLoop
 import RedisClient
 import AssertionCheck
 import Foundation
@@ -12,11 +13,11 @@ import Foundation
 /// cannot matter any more and are pruned by the next revocation.
 extension AttestStore {
     /// How far back a (re)subscribing gateway loads revocations: a token lives at most a day, plus skew.
-    static let revocationHistorySeconds = TokenConfig.maxTTLSeconds + 300
+    public static let revocationHistorySeconds = AttestStore.maxTokenTTLSeconds + 300
 
     /// Pub/sub ignores the database number: it is part of the channel, so gateways on other databases
     /// of one Redis do not hear each other.
-    var revocationChannel: [UInt8] { Array("\(keys.prefix):revocations:\(pool.endpoint.database)".utf8) }
+    public var revocationChannel: [UInt8] { Array("\(keys.prefix):revocations:\(pool.endpoint.database)".utf8) }
 
     private var revokedKeysKey: [UInt8] { Array("\(keys.prefix):revoked-keys".utf8) }
 
@@ -40,7 +41,7 @@ extension AttestStore {
     }
 
     /// Key ids revoked since `since` (what a gateway's revocation set starts from).
-    func loadRevokedKeys(since: Date) throws(StoreError) -> [[UInt8]] {
+    public func loadRevokedKeys(since: Date) throws(StoreError) -> [[UInt8]] {
         let reply = try pool.with { connection throws(StoreError) in
             try connection.command([Array("ZRANGEBYSCORE".utf8), revokedKeysKey, Array(String(KeyRecord.seconds(since)).utf8),
                                     Array("+inf".utf8)])
@@ -55,13 +56,13 @@ extension AttestStore {
     /// The Redis part of a token request, on routes that need one: `spend` marks the token's `jti` used
     /// (limited-use routes), `rateLimit` counts the request in the same per-key, per-route window as
     /// assertions. One script on the key's slot; a reused or rate-limited token changes nothing.
-    func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
+    public func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
                   now: Date = Date()) throws(StoreError) -> TokenUseOutcome {
         try transport.perform(useTokenOperation(keyId: keyId, tokenId: tokenId, expiresAt: expiresAt, spend: spend,
                                                 rateLimit: rateLimit, route: route, now: now))
     }
 
-    func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
+    public func useToken(keyId: [UInt8], tokenId: String, expiresAt: Int64, spend: Bool, rateLimit: RateLimit?, route: String,
                   now: Date = Date()) async throws(StoreError) -> TokenUseOutcome {
         try await transport.perform(useTokenOperation(keyId: keyId, tokenId: tokenId, expiresAt: expiresAt, spend: spend,
                                                       rateLimit: rateLimit, route: route, now: now))
@@ -112,7 +113,7 @@ extension AttestStore {
 }
 
 /// How the Redis part of a token request ended.
-enum TokenUseOutcome: Equatable {
+public enum TokenUseOutcome: Equatable, Sendable {
     case accepted
     /// A limited-use route saw this token before (`token_reused`).
     case reused
