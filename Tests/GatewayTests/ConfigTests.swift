@@ -183,7 +183,7 @@ final class ConfigTests: XCTestCase {
             """)
         XCTAssertEqual(found, [
             #"listen: expected host:port like 127.0.0.1:8080, [::1]:8080 or :8080 (host must be an IPv4 address or a bracketed IPv6 address), got "localhost:80" (line 1)"#,
-            #"redis.url: scheme must be redis://, got "http://127.0.0.1" (line 2)"#,
+            #"redis.url: scheme must be redis:// or rediss://, got "http://127.0.0.1" (line 2)"#,
             "redis.pool_size: expected an integer in 1...1024, got 0 (line 2)",
             #"app_attest.apps[0]: expected TEAMID.bundle.id with a 10-character team ID, got "nodot" (line 4)"#,
             #"app_attest.environments[0]: expected one of development, production, got "staging" (line 5)"#,

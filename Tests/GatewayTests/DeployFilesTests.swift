@@ -41,13 +41,22 @@ final class DeployFilesTests: XCTestCase {
         let documents = try kubernetesDocuments()
         let configMap = try resource(documents, kind: "ConfigMap")
         let text = try XCTUnwrap(configMap["data", "gateway.yaml"]?.text, "ConfigMap data.gateway.yaml")
-        let config = try GatewayConfig.parse(yaml: text)
+        let pod = try podSpec(resource(documents, kind: "Deployment"))
+        let container = try XCTUnwrap(pod["containers"]?.items.first)
+        // Every ${NAME} in gateway.yaml must be an environment variable of the container, taken from a Secret.
+        let secrets = Set(documents.filter { $0["kind"]?.text == "Secret" }.compactMap { $0["metadata", "name"]?.text })
+        var environment: [String: String] = [:]
+        for variable in container["env"]?.items ?? [] {
+            guard let name = variable["name"]?.text, let secret = variable["valueFrom", "secretKeyRef", "name"]?.text else { continue }
+            XCTAssertTrue(secrets.contains(secret), "\(name) comes from the Secret \(secret), defined next to it")
+            environment[name] = "from-\(secret)"
+        }
+        let config = try GatewayConfig.parse(yaml: text, environment: environment)
+        XCTAssertEqual(config.redis.password, "from-redis-auth", "the Redis password comes from the Secret")
         XCTAssertTrue(config.appAttest.trustAnchor.isApple, "a deployment must verify against Apple's root")
         XCTAssertEqual(config.listen.host, "0.0.0.0", "probes and the Service reach the pod IP")
         XCTAssertEqual(config.adminListen.host, "0.0.0.0", "probes reach the pod IP")
 
-        let pod = try podSpec(resource(documents, kind: "Deployment"))
-        let container = try XCTUnwrap(pod["containers"]?.items.first)
         XCTAssertEqual(try containerPort(container, "http"), config.listen.port)
         XCTAssertEqual(try containerPort(container, "admin"), config.adminListen.port)
 

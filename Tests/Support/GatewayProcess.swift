@@ -9,13 +9,14 @@ public final class GatewayProcess: @unchecked Sendable {
     public var baseURL: String { "http://127.0.0.1:\(port)" }
     public var adminURL: String { "http://127.0.0.1:\(adminPort)" }
 
-    /// `config` receives the listen and admin ports and returns the YAML text.
-    public init(directory: String, config: (_ port: Int, _ adminPort: Int) -> String) throws {
+    /// `config` receives the listen and admin ports and returns the YAML text; `environment` is added to the gateway's.
+    public init(directory: String, environment: [String: String]? = nil, config: (_ port: Int, _ adminPort: Int) -> String) throws {
         configPath = directory + "/gateway.yaml"
         for attempt in 1... {
             let (port, adminPort) = (TestPaths.freePort(), TestPaths.freePort())
             try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
-            let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath])
+            let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath],
+                                       environment: environment)
             if process.waitForLine(timeout: 15, where: { $0.contains("\"event\":\"listening\"") }) != nil {
                 (self.port, self.adminPort, self.process) = (port, adminPort, process)
                 return

@@ -10,6 +10,8 @@ public struct ConfigIssue: Sendable, Equatable, CustomStringConvertible {
         case invalidValue = "invalid_value"
         case duplicateRoute = "duplicate_route"
         case undefinedUpstream = "undefined_upstream"
+        /// `${NAME}` names an environment variable that is not set.
+        case undefinedVariable = "undefined_variable"
     }
 
     public let reason: Reason

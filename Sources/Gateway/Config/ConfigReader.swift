@@ -3,9 +3,17 @@ final class IssueLog {
     private(set) var issues: [ConfigIssue] = []
     /// Every key path looked up, present or not: the keys the reader knows (docs tests compare them).
     private(set) var keysRead: Set<String> = []
+    /// Values that came from `${NAME}` (secrets, often): messages show `${NAME}` instead, longest first.
+    private var hidden: [ConfigEnvironment.Expansion] = []
 
     func report(_ reason: ConfigIssue.Reason, _ path: String, _ message: String, line: Int?) {
-        issues.append(ConfigIssue(reason, path: path, message: message, line: line))
+        let shown = hidden.reduce(message) { $0.replacing($1.value, with: "${\($1.name)}") }
+        issues.append(ConfigIssue(reason, path: path, message: shown, line: line))
+    }
+
+    /// Values shorter than 4 characters are left in messages: hiding "0" would garble every range.
+    func hide(_ expansions: [ConfigEnvironment.Expansion]) {
+        hidden = (hidden + expansions.filter { $0.value.count >= 4 }).sorted { $0.value.count > $1.value.count }
     }
 
     func read(_ path: String) { keysRead.insert(path) }

@@ -44,26 +44,32 @@ public struct GatewayConfig: Sendable {
     }
 
     /// Reads and validates the file at `path`; a relative trust-anchor path is taken from the file's folder.
-    public static func load(path: String) throws(ConfigError) -> GatewayConfig {
+    /// `${NAME}` in values is taken from `environment`.
+    public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> GatewayConfig {
         let unreadable = { (problem: String) in
             ConfigError(issues: [ConfigIssue(.unreadableFile, path: "", message: "cannot read \(path): \(problem)", line: nil)])
         }
         guard let data = FileManager.default.contents(atPath: path) else { throw unreadable("no such readable file") }
         guard data.count <= maxFileBytes else { throw unreadable("larger than \(maxFileBytes) bytes") }
         guard let text = String(data: data, encoding: .utf8) else { throw unreadable("not UTF-8 text") }
-        return try parse(yaml: text, baseDirectory: (path as NSString).deletingLastPathComponent)
+        return try parse(yaml: text, baseDirectory: (path as NSString).deletingLastPathComponent, environment: environment)
     }
 
     /// Validates YAML text, reporting every problem found.
-    public static func parse(yaml text: String, baseDirectory: String = ".") throws(ConfigError) -> GatewayConfig {
-        let root: YAMLNode
+    public static func parse(yaml text: String, baseDirectory: String = ".",
+                             environment: [String: String] = ProcessInfo.processInfo.environment) throws(ConfigError) -> GatewayConfig {
+        let parsed: YAMLNode
         do {
-            root = try YAMLDocument.parse(text)
+            parsed = try YAMLDocument.parse(text)
         } catch {
             let reason: ConfigIssue.Reason = error.reason == .duplicateKey ? .duplicateKey : .invalidYAML
             throw ConfigError(issues: [ConfigIssue(reason, path: error.path, message: error.message, line: error.line)])
         }
         let log = IssueLog()
+        let (root, expansions) = ConfigEnvironment.expand(parsed, environment: environment, log: log)
+        // An unexpanded value would only add confusing follow-up errors: report the variables alone.
+        guard log.issues.isEmpty else { throw ConfigError(issues: log.issues) }
+        log.hide(expansions)
         guard let top = ConfigValue(node: root, path: "", log: log).mapping() else { throw ConfigError(issues: log.issues) }
         let config = read(top, baseDirectory: baseDirectory.isEmpty ? "." : baseDirectory)
         top.finish()
@@ -76,7 +82,7 @@ public struct GatewayConfig: Sendable {
         let adminListen = readAddress(top, "admin_listen",
                                       default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 9901))
         let prefix = readPrefix(top)
-        let redis = RedisConfig.read(top.section("redis"))
+        let redis = RedisConfig.read(top.section("redis"), baseDirectory: baseDirectory)
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
         let serverSection = top.section("server")
         let clientAddress = ClientAddressPolicy.read(serverSection)

@@ -1,46 +1,60 @@
+import Foundation
 import Upstream
 /// `redis:` — where challenges, counters and attested keys live.
 public struct RedisConfig: Sendable, Equatable {
+    /// The `url` given (or the default); "" in Cluster and Sentinel mode.
     public let url: String
     public let host: String
     public let port: Int
     public let database: Int
+    /// From the URL or `username`.
     public let username: String?
+    /// From the URL, `password` or `password_file` (read at start and on every reload). Never logged.
     public let password: String?
+    /// `password_file`, resolved against the config file's folder.
+    public let passwordFile: String?
+    /// One server (`url`), a Cluster (`cluster`) or a Sentinel-managed primary (`sentinels`).
+    public let topology: RedisTopology
+    /// Set for `rediss://` URLs and whenever `redis.tls` is present.
+    public let tls: RedisTLS?
     public let poolSize: Int
     public let timeoutMs: Int
     /// Prepended to every key ("aag:…") so the gateway can share a Redis.
     public let keyPrefix: String
 
-    private static let defaultURL = "redis://127.0.0.1:6379/0"
+    static let defaultURL = "redis://127.0.0.1:6379/0"
 
-    static func read(_ section: ConfigMapping) -> RedisConfig {
+    static func read(_ section: ConfigMapping, baseDirectory: String = ".") -> RedisConfig {
         defer { section.finish() }
-        let url = section.string("url", default: defaultURL)
-        let parsed = parse(url, at: section.optional("url"))
-            ?? Endpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, password: nil)
+        let (topology, urlValue) = readTopology(section)
+        let url = topology == .single ? section.string("url", default: defaultURL) : ""
+        let parsed = topology == .single ? parse(url, at: urlValue) : nil
+        let endpoint = parsed ?? Endpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, password: nil, isTLS: false)
+        let tls = RedisTLS.read(section.optional("tls"), urlIsTLS: endpoint.isTLS, topology: topology, baseDirectory: baseDirectory)
+        let login = readLogin(section, fromURL: (endpoint.username, endpoint.password), urlValue: urlValue, baseDirectory: baseDirectory)
         let keyPrefix = section.string("key_prefix", default: "aag")
         if keyPrefix.isEmpty || keyPrefix.count > 64
             || !keyPrefix.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_.:-".contains($0)) }) {
             section.optional("key_prefix")?.invalid("expected 1-64 characters from A-Z a-z 0-9 _ . : -, got \"\(keyPrefix)\"")
         }
-        return RedisConfig(url: url, host: parsed.host, port: parsed.port, database: parsed.database,
-                           username: parsed.username, password: parsed.password,
+        return RedisConfig(url: url, host: endpoint.host, port: endpoint.port, database: endpoint.database,
+                           username: login.username, password: login.password, passwordFile: login.file, topology: topology, tls: tls,
                            poolSize: section.int("pool_size", default: 32, in: 1...1024),
                            timeoutMs: section.int("timeout_ms", default: 500, in: 1...60_000), keyPrefix: keyPrefix)
     }
 
-    private struct Endpoint {
-        let host: String, port: Int, database: Int, username: String?, password: String?
+    struct Endpoint {
+        let host: String, port: Int, database: Int, username: String?, password: String?, isTLS: Bool
     }
 
-    /// `redis://[[user]:password@]host[:port][/database]`
+    /// `redis[s]://[[user]:password@]host[:port][/database]`; the login percent-decoded.
     private static func parse(_ url: String, at value: ConfigValue?) -> Endpoint? {
         let parsed: ServiceURL
         do {
-            parsed = try ServiceURL.parse(url, schemes: ["redis"])
+            parsed = try ServiceURL.parse(url, schemes: ["redis", "rediss"])
         } catch {
-            value?.invalid(error.message)
+            // ServiceURL quotes the URL it refuses: keep a password in it out of the message.
+            value?.invalid(error.message.replacing(url, with: redactedURL(url)))
             return nil
         }
         let databaseText = parsed.path.dropFirst()
@@ -55,11 +69,16 @@ public struct RedisConfig: Sendable, Equatable {
                 value?.invalid("credentials must be written :password@ or user:password@")
                 return nil
             }
-            username = colon == userInfo.startIndex ? nil : String(userInfo[..<colon])
-            password = String(userInfo[userInfo.index(after: colon)...])
+            guard let user = String(userInfo[..<colon]).removingPercentEncoding,
+                  let secret = String(userInfo[userInfo.index(after: colon)...]).removingPercentEncoding else {
+                value?.invalid("bad percent escape in the credentials")
+                return nil
+            }
+            username = user.isEmpty ? nil : user
+            password = secret
         }
         return Endpoint(host: parsed.host, port: parsed.port ?? 6379, database: database, username: username,
-                        password: password)
+                        password: password, isTLS: parsed.scheme == "rediss")
     }
 }
 

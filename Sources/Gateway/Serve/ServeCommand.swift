@@ -98,7 +98,7 @@ final class Server: @unchecked Sendable {
         refresher = ReceiptRefresher(runtime: { proxy.runtime }, log: log, metrics: metrics)
         refresher.start()
         if !handler.runtime.store.ping() {
-            log.event(.warn, "store_unreachable", ["redis": (try? RedisEndpoint.parse(url: config.redis.url))?.redacted ?? "?",
+            log.event(.warn, "store_unreachable", ["redis": config.redis.redacted,
                                                    "message": "Redis does not answer: assert routes will fail with 503 until it does"])
         }
         log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",

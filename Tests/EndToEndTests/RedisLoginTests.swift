@@ -1,0 +1,112 @@
+import AssertionCheck
+import DeviceSimulator
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// The Redis password outside the YAML (a file, an environment variable) against a real redis-server with
+/// requirepass and an ACL user, and the scale-out modes refused at start until the client supports them.
+final class RedisLoginTests: XCTestCase {
+    private let directory = TestPaths.temporaryDirectory("redis-login")
+
+    private func config(port: Int, admin: Int, redis: String) -> String {
+        """
+        listen: "127.0.0.1:\(port)"
+        admin_listen: "127.0.0.1:\(admin)"
+        redis:
+        \(redis)
+          pool_size: 4
+          timeout_ms: 500
+        app_attest:
+          apps: ["\(GatewayEnvironment.app)"]
+          environments: [development]
+          trust_anchor: "\(directory)/ca/root.pem"
+        upstreams: { api: { url: "http://127.0.0.1:\(TestPaths.freePort())" } }
+        routes: [{ path_prefix: "/", upstream: api, policy: pass }]
+        """
+    }
+
+    private func register(through gateway: GatewayProcess, ca: TestCA) throws -> Reply {
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
+        let app = AppClient(device: try SimulatedDevice(ca: ca, appID: GatewayEnvironment.app, environment: .development), client: client)
+        return try app.register()
+    }
+
+    func testTheGatewayLogsInAsAnACLUserFromAPasswordFileOrWithAPasswordFromTheEnvironment() throws {
+        let ca = try TestCA()
+        try ca.save(to: directory + "/ca")
+        let requirepass = "default-\(UUID().uuidString)"
+        let redis = try RedisTestServer(password: requirepass)
+        let userPassword = "acl:pass/\(UUID().uuidString)@#"
+        let cli = ["-h", "127.0.0.1", "-p", String(redis.port), "-a", requirepass, "--no-auth-warning"]
+        let setUser = try Command.run("redis-cli", cli + ["ACL", "SETUSER", "gateway", "on", ">" + userPassword, "~aag:*", "&*", "+@all"])
+        XCTAssertEqual(setUser.output.trimmingCharacters(in: .whitespacesAndNewlines), "OK")
+        try (userPassword + "\n").write(toFile: directory + "/redis-password", atomically: true, encoding: .utf8)
+
+        let viaFile = try GatewayProcess(directory: directory) { port, admin in
+            config(port: port, admin: admin, redis: "  url: \"redis://127.0.0.1:\(redis.port)/0\"\n  username: gateway\n  password_file: redis-password")
+        }
+        XCTAssertEqual(try register(through: viaFile, ca: ca).status, 200)
+        let clients = try Command.run("redis-cli", cli + ["CLIENT", "LIST"]).output
+        XCTAssertTrue(clients.contains("user=gateway"), "the gateway is logged in as the ACL user: \(clients)")
+        XCTAssertFalse(try Command.run("redis-cli", cli + ["KEYS", "aag:*"]).output.isEmpty)
+        viaFile.stop()
+
+        let viaEnvironment = try GatewayProcess(directory: TestPaths.temporaryDirectory("redis-login-env"),
+                                                environment: ["GATEWAY_REDIS_PASSWORD": requirepass]) { port, admin in
+            config(port: port, admin: admin, redis: "  url: \"redis://127.0.0.1:\(redis.port)/0\"\n  password: ${GATEWAY_REDIS_PASSWORD}")
+        }
+        defer { viaEnvironment.stop() }
+        XCTAssertEqual(try register(through: viaEnvironment, ca: ca).status, 200)
+        XCTAssertFalse(viaEnvironment.process.lines.joined().contains(requirepass), "the password is never logged")
+    }
+
+    func testAWrongPasswordIsAClearErrorThatNeverShowsThePassword() throws {
+        let ca = try TestCA()
+        try ca.save(to: directory + "/ca")
+        let redis = try RedisTestServer(password: "the-right-one")
+        let wrong = "wrong-\(UUID().uuidString)"
+        try wrong.write(toFile: directory + "/redis-password", atomically: true, encoding: .utf8)
+        let gateway = try GatewayProcess(directory: directory) { port, admin in
+            config(port: port, admin: admin, redis: "  url: \"redis://127.0.0.1:\(redis.port)/0\"\n  password_file: redis-password")
+        }
+        defer { gateway.stop() }
+        let warning = try XCTUnwrap(gateway.waitForEvent { $0["event"] as? String == "store_unreachable" })
+        XCTAssertEqual(warning["redis"] as? String, "redis://:***@127.0.0.1:\(redis.port)/0")
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
+        let challenge = try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: "/attest/challenge", headers: [HTTPField("Host", "g")])))
+        XCTAssertEqual(challenge.status, 503)
+        XCTAssertEqual(challenge.error, "store_unavailable")
+
+        // The CLI names the refused login.
+        let keys = try Command.run(TestPaths.gatewayBinary, ["keys", "show", Base64.encode([UInt8](repeating: 7, count: 32)),
+                                                             "--config", gateway.configPath])
+        XCTAssertNotEqual(keys.status, 0)
+        XCTAssertTrue(keys.output.contains("AUTH on redis://:***@127.0.0.1:\(redis.port)/0 failed"), keys.output)
+        XCTAssertTrue(keys.output.contains("WRONGPASS"), keys.output)
+        XCTAssertFalse((gateway.process.lines + [keys.output]).joined().contains(wrong), "the password is never printed")
+    }
+
+    func testServeRefusesClusterSentinelAndTLSUntilTheClientSupportsThem() throws {
+        let ca = try TestCA()
+        try ca.save(to: directory + "/ca")
+        let modes = [
+            ("  cluster: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]", "does not support Redis Cluster yet"),
+            ("  sentinels: [\"127.0.0.1:26379\"]\n  master_name: mymaster", "does not support Sentinel yet"),
+            ("  url: \"rediss://127.0.0.1:6380/0\"", "Redis over TLS (rediss:// or redis.tls) is not supported"),
+        ]
+        for (redis, message) in modes {
+            let path = directory + "/gateway.yaml"
+            try config(port: 0, admin: 0, redis: redis).write(toFile: path, atomically: true, encoding: .utf8)
+            let check = try Command.run(TestPaths.gatewayBinary, ["check-config", path])
+            XCTAssertEqual(check.status, 0, "the keys are valid: \(check.output)")
+            XCTAssertTrue(check.output.contains("warning: ") && check.output.contains(message) && check.output.contains("serve will refuse to start"),
+                          check.output)
+            let serve = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", path])
+            XCTAssertEqual(serve.waitForExit(timeout: 10), 1, "serve must not run on a mode it would ignore")
+            let failure = serve.lines.first { $0.contains("\"event\":\"startup_failed\"") } ?? ""
+            XCTAssertTrue(failure.contains(message), serve.lines.joined(separator: "\n"))
+        }
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+
+/// A throwaway CA, a server certificate for `localhost` / 127.0.0.1 and a client certificate it signed, plus a
+/// second CA that signed nothing here (the "wrong CA"), made with the openssl command line. EC P-256: fast.
+public struct TestCertificates: Sendable {
+    public let directory: String
+    public var caFile: String { directory + "/ca.crt" }
+    public var serverCertFile: String { directory + "/server.crt" }
+    public var serverKeyFile: String { directory + "/server.key" }
+    public var clientCertFile: String { directory + "/client.crt" }
+    public var clientKeyFile: String { directory + "/client.key" }
+    public var wrongCAFile: String { directory + "/wrong-ca.crt" }
+
+    public init(directory: String = TestPaths.temporaryDirectory("certs")) throws {
+        self.directory = directory
+        try makeCA("ca", name: "Gateway Test Redis CA")
+        try makeCA("wrong-ca", name: "Some Other CA")
+        try issue("server", name: "localhost", extensions: "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth")
+        try issue("client", name: "gateway", extensions: "extendedKeyUsage=clientAuth")
+    }
+
+    private func makeCA(_ file: String, name: String) throws {
+        try Self.openssl(["req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                          "-keyout", "\(directory)/\(file).key", "-out", "\(directory)/\(file).crt", "-days", "2", "-subj", "/CN=\(name)"])
+    }
+
+    private func issue(_ file: String, name: String, extensions: String) throws {
+        let base = "\(directory)/\(file)"
+        try extensions.write(toFile: base + ".ext", atomically: true, encoding: .utf8)
+        try Self.openssl(["req", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                          "-keyout", base + ".key", "-out", base + ".csr", "-subj", "/CN=\(name)"])
+        try Self.openssl(["x509", "-req", "-in", base + ".csr", "-CA", caFile, "-CAkey", directory + "/ca.key", "-CAcreateserial",
+                          "-out", base + ".crt", "-days", "2", "-extfile", base + ".ext"])
+    }
+
+    private static func openssl(_ arguments: [String]) throws {
+        let result = try Command.run("openssl", arguments, timeout: 30)
+        guard result.status == 0 else { throw TestSupportError("openssl \(arguments.first ?? "") failed: \(result.output)") }
+    }
+}
+
+/// A short command run to completion with its output (stdout and stderr together) and a timeout.
+public enum Command {
+    public struct Result: Sendable {
+        public let status: Int32
+        public let output: String
+    }
+
+    public static func run(_ program: String, _ arguments: [String], timeout: TimeInterval = 30) throws -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [program] + arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Read while it runs: a full pipe would block the child.
+        let reader = DispatchQueue(label: "command-output")
+        nonisolated(unsafe) var data = Data()
+        let done = DispatchSemaphore(value: 0)
+        reader.async {
+            data = pipe.fileHandleForReading.readDataToEndOfFile()
+            done.signal()
+        }
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { usleep(5_000) }
+        if process.isRunning {
+            process.terminate()
+            usleep(100_000)
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        process.waitUntilExit()
+        _ = done.wait(timeout: .now() + 5)
+        return Result(status: process.isRunning ? -1 : process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+    }
+}
