@@ -1,3 +1,4 @@
+import AttestStore
 import Foundation
 @testable import Gateway
 import TestSupport

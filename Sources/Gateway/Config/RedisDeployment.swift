@@ -1,3 +1,4 @@
+import AttestStore
 import Foundation
 
 /// Which Redis deployment `redis:` describes: exactly one of `url`, `cluster`, `sentinels`.
