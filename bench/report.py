@@ -338,7 +338,7 @@ def print_table(runs, crypto_result, checks, extra):
         print("%-14s %-36s %5d %6s %8.0f %7.2f %7.2f %6d %7d %5.2f %6s %6s %5.1f  %s" % (
             run["name"], run["what"][:36], run["connections"], "%.0f" % run["rate"] if run["rate"] else "max",
             wrk["rps"], wrk["latency_ms"]["p50"], wrk["latency_ms"]["p99"], errors["non_2xx"], socket_errors,
-            run["component_cores"], run.get("component_us_per_request"), memory.get("peak_rss_mib", "-"),
+            run["component_cores"], run.get("component_us_per_request") or "-", memory.get("peak_rss_mib", "-"),
             run["after"].get("loadavg_1m", 0), run["status"]))
         decisions = run.get("gateway_decisions", {})
         if any(not key.endswith((" verified", " pass")) for key in decisions):

@@ -57,6 +57,7 @@ chmod 755 "$work"  # nginx workers run as nobody
 mkdir -p "$work/runs" "$work/queues" "$work/logs" "$work/tmp" "$work/ca"
 gateway_pid="" diy_pid="" old_pid="" sse_pid=""
 cleanup() {
+    set +e  # a process that is already gone must not stop the others being stopped
     [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
     [ -n "$old_pid" ] && kill "$old_pid" 2>/dev/null
     [ -n "$sse_pid" ] && kill "$sse_pid" 2>/dev/null
@@ -217,6 +218,12 @@ load() {
     printf '{"name":"%s","target":"%s","kind":"%s","what":"%s","connections":%d,"rate":%s,"seconds":%s,"clk_tck":%s}\n' \
         "$name" "$target" "$kind" "$what" "$connections" "$rate" "$seconds" "$clk_tck" >> "$work/runs/manifest.jsonl"
     printf '%-16s %-40s %s\n' "$name" "$what, $connections conns" "$(tail -1 "$work/runs/$name.out")"
+    for pid in $gateway_pid $old_pid; do
+        kill -0 "$pid" 2>/dev/null && continue
+        echo "bench: the gateway under test (pid $pid) is gone after $name; its stderr ends:" >&2
+        tail -5 "$work/logs/gateway.err" "$work/logs/old-gateway.err" 2>/dev/null >&2
+        exit 1
+    done
 }
 next_round() {  # NAME: the first counter the run after NAME may use
     local round
