@@ -20,8 +20,10 @@ PHASES = ("request", "verify", "store", "upstream")
 FAILED_SHARE = 0.001  # more rejected or failed requests than this and a run is FAILED, not fast
 # Whose CPU a target's throughput costs (the upstream nginx serves every target and is listed apart).
 COMPONENTS = {"a": ["upstream"], "b": ["front"], "c": ["gateway"], "d": ["gateway"], "e": ["front", "diy"],
-              "keys": ["gateway"]}
-GATEWAY_TARGETS = ("c", "d", "keys")
+              "keys": ["gateway"], "sse": ["gateway"], "oldc": ["old"], "oldd": ["old"]}
+# Whose memory the table's "gw MiB" shows: this gateway, or the thread-per-connection one (49b53de).
+GATEWAY_PROCESS = {"c": "gateway", "d": "gateway", "keys": "gateway", "sse": "gateway", "oldc": "old", "oldd": "old"}
+COMPARED_LEVELS = (64, 256)  # connection levels of the per-level ratios (the peak level when neither ran)
 
 
 def pid_groups(text):
@@ -149,7 +151,8 @@ def judge(run):
             if delta:
                 labels = dict(re.findall(r'(\w+)="([^"]*)"', key))
                 # Summed over the status-class label (code).
-                name = "%s %s%s" % (labels["route"], labels["decision"], " " + labels["reason"] if labels["reason"] else "")
+                reason = labels.get("reason", "")
+                name = "%s %s%s" % (labels.get("route"), labels.get("decision"), " " + reason if reason else "")
                 decisions[name] = decisions.get(name, 0) + int(delta)
     run["gateway_decisions"] = decisions
     run["gateway_ms"] = phase_quantiles(before, after)
@@ -161,6 +164,10 @@ def judge(run):
     run["cpu_cores"] = {name: round(ticks / run["clk_tck"] / wall, 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["cpu_seconds"] = {name: round(ticks / run["clk_tck"], 2) for name, ticks in wrk["cpu_ticks"].items()}
     run["component_cores"] = round(sum(run["cpu_cores"].get(name, 0) for name in COMPONENTS[run["target"]]), 2)
+    # CPU of the measured component per request: its cores over the run's req/s.
+    # (Not for sse-fast: the gateway's CPU then is mostly the streams'.)
+    run["component_us_per_request"] = (round(run["component_cores"] / wrk["rps"] * 1e6, 1)
+                                       if wrk["rps"] and run["target"] != "sse" else None)
     if wrk["exhausted"] > 0:
         run["status"] = "EXHAUSTED"
     elif run["failed_share"] > FAILED_SHARE:
@@ -200,7 +207,13 @@ def ratio(numerator, denominator):
     return round(numerator / denominator, 3) if numerator is not None and denominator else None
 
 
-def targets(runs, crypto_result, settings):
+def compared_levels(runs):
+    ran = {run["connections"] for run in runs if run["kind"] == "max" and run["target"] in ("b", "c")}
+    levels = [level for level in COMPARED_LEVELS if level in ran]
+    return levels or [max_connections(runs)]
+
+
+def targets(runs, crypto_result, settings, extra):
     a, b, c, d, e = (best(runs, name) for name in "abcde")
     rps = lambda run: run["wrk"]["rps"] if run else None
     p99 = lambda run: run["wrk"]["latency_ms"]["p99"] if run else None
@@ -208,12 +221,36 @@ def targets(runs, crypto_result, settings):
     cores = d["cpu_cores"].get("gateway") if d else None
     checks = []
 
-    def check(name, value, goal, met, how):
+    def check(name, value, goal, met, how, note=None):
         checks.append({"target": name, "value": value, "goal": goal,
-                       "met": None if value is None or met is None else met(value), "how": how})
+                       "met": None if value is None or met is None else met(value), "how": how, "note": note})
 
-    check("pass / nginx proxy_pass (c/b)", ratio(rps(c), rps(b)), ">= 0.8", lambda v: v >= 0.8,
+    levels = compared_levels(runs)
+    for level in levels:
+        pass_run, nginx_run = named(runs, "c-c%d" % level), named(runs, "b-c%d" % level)
+        check("pass / nginx proxy_pass, %d connections (c/b)" % level, ratio(rps(pass_run), rps(nginx_run)), ">= 0.8",
+              lambda v: v >= 0.8, "req/s of the gateway pass route over req/s of nginx proxy_pass at the same level")
+    for level in levels:
+        pass_run, nginx_run = named(runs, "c-c%d" % level), named(runs, "b-c%d" % level)
+        us = lambda run: run["component_us_per_request"] if run else None
+        check("CPU per pass request / nginx's, %d conns (%s/%s us)" % (level, us(pass_run), us(nginx_run)),
+              ratio(us(pass_run), us(nginx_run)), "<= 2", lambda v: v <= 2,
+              "gateway CPU seconds per request (c) over the front nginx's (b), /proc utime+stime over the run")
+    check("pass / nginx proxy_pass, best of each (c/b)", ratio(rps(c), rps(b)), "-", None,
           "best req/s of the gateway pass route over best req/s of nginx proxy_pass, any connection level")
+    old = extra.get("old", {})
+    for level in ([run["connections"] for run in runs if run["target"] == "oldd"] or levels):
+        new_run, old_run = named(runs, "d-c%d" % level), named(runs, "oldd-c%d" % level)
+        note = None if old.get("built") else "old main not measured: %s" % old.get("reason", "no result")
+        if old.get("built") and not old_run:
+            note = "the old main's run oldd-c%d is not ok" % level
+        check("assert / old thread-per-connection main, %d conns" % level, ratio(rps(new_run), rps(old_run)),
+              ">= 2", lambda v: v >= 2,
+              "req/s of this gateway's assert route over 49b53de's in the same bench run, same level", note)
+    for level in [run["connections"] for run in runs if run["target"] == "oldc"]:
+        check("pass / old thread-per-connection main, %d conns" % level,
+              ratio(rps(named(runs, "c-c%d" % level)), rps(named(runs, "oldc-c%d" % level))), "-", None,
+              "req/s of this gateway's pass route over 49b53de's in the same bench run, same level")
     check("assert / (ECDSA verify/s x cores) (d/(f x cores))",
           ratio(rps(d), verify * cores if verify and cores else None), ">= 0.6", lambda v: v >= 0.6,
           "cores = gateway CPU seconds / wall seconds during the best assert run; f = openssl speed verify/s (one core)")
@@ -242,6 +279,24 @@ def targets(runs, crypto_result, settings):
           "cache) over the same run with the small set")
     check("assert req/s, every request a key-cache miss / small key set", ratio(rps(missing), rps(small)), "-",
           None, "the worst case, no target: each request from a key this gateway process has not seen")
+    idle = extra.get("idle", {})
+    idle_note = idle.get("skipped") or ("%s of %s connections opened" % (idle.get("opened"), idle.get("count"))
+                                        if idle.get("opened") != idle.get("count") else None)
+    idle_rss = idle.get("idle", {}).get("rss_mib") if not idle_note else None
+    check("gateway RSS with %s idle keep-alive connections (MiB)" % idle.get("count"), idle_rss, "<= 100",
+          lambda v: v <= 100, "VmRSS of the gateway with every connection open after one request each", idle_note)
+    check("a fresh request meanwhile (status), idle connections still open: %s" % idle.get("still_open"),
+          idle.get("fresh_status") if not idle_note else None, "200", lambda v: v == 200,
+          "GET on a new connection while the idle ones are open", idle_note)
+    sse = extra.get("sse", {})
+    fast = named(runs, "sse-fast")
+    start = extra.get("sse_upstream_start", {}).get("active")
+    check("SSE streams ok of %s (failed %s %s)" % (sse.get("streams"), sse.get("failed"), sse.get("reasons") or ""),
+          sse.get("ok"), "all", lambda v: v == sse.get("streams"),
+          "streams that got 200, every event and a clean end; run concurrently through the pass route")
+    check("fast route p99 during the streams (ms; %s streams open at its start)" % start, p99(fast), "< 100",
+          lambda v: v < 100, "wrk paced at 200 req/s over 16 connections on /pass/ while the streams run",
+          None if fast else "the fast run sse-fast is missing or not ok")
     return checks
 
 
@@ -253,21 +308,23 @@ def table(work, out):
     runs = load_runs(work)
     crypto_result = crypto(work)
     environment = read_json(os.path.join(work, "environment.json"))
-    checks = targets(runs, crypto_result, environment.get("settings", {}))
+    extra = {name.replace("-", "_"): read_json(os.path.join(work, name + ".json"))
+             for name in ("old", "idle", "sse", "sse-upstream", "sse-upstream-start", "sse-upstream-end")}
+    checks = targets(runs, crypto_result, environment.get("settings", {}), extra)
     result = {"environment": environment, "crypto": crypto_result, "targets": checks, "runs": [
         {key: run[key] for key in run if key not in ("before", "after", "clk_tck")}
         | {"memory": run["after"].get("memory", {}), "loadavg_1m": run["after"].get("loadavg_1m")}
-        for run in runs]}
+        for run in runs]} | extra
     with open(out, "w") as handle:
         json.dump(result, handle, indent=1, sort_keys=True)
         handle.write("\n")
-    print_table(runs, crypto_result, checks)
+    print_table(runs, crypto_result, checks, extra)
 
 
-def print_table(runs, crypto_result, checks):
-    header = "%-14s %-36s %5s %6s %8s %7s %7s %6s %7s %5s %6s %5s  %s" % (
-        "run", "what", "conns", "rate", "req/s", "p50 ms", "p99 ms", "non2xx", "sockerr", "cores", "gw MiB", "load",
-        "status")
+def print_table(runs, crypto_result, checks, extra):
+    header = "%-14s %-36s %5s %6s %8s %7s %7s %6s %7s %5s %6s %6s %5s  %s" % (
+        "run", "what", "conns", "rate", "req/s", "p50 ms", "p99 ms", "non2xx", "sockerr", "cores", "us/req", "gw MiB",
+        "load", "status")
     print(header)
     print("-" * len(header))
     for run in runs:
@@ -277,11 +334,12 @@ def print_table(runs, crypto_result, checks):
             continue
         errors = wrk["errors"]
         socket_errors = errors["connect"] + errors["read"] + errors["write"] + errors["timeout"]
-        memory = run["after"].get("memory", {}).get("gateway", {}) if run["target"] in GATEWAY_TARGETS else {}
-        print("%-14s %-36s %5d %6s %8.0f %7.2f %7.2f %6d %7d %5.2f %6s %5.1f  %s" % (
+        memory = run["after"].get("memory", {}).get(GATEWAY_PROCESS.get(run["target"]), {})
+        print("%-14s %-36s %5d %6s %8.0f %7.2f %7.2f %6d %7d %5.2f %6s %6s %5.1f  %s" % (
             run["name"], run["what"][:36], run["connections"], "%.0f" % run["rate"] if run["rate"] else "max",
             wrk["rps"], wrk["latency_ms"]["p50"], wrk["latency_ms"]["p99"], errors["non_2xx"], socket_errors,
-            run["component_cores"], memory.get("peak_rss_mib", "-"), run["after"].get("loadavg_1m", 0), run["status"]))
+            run["component_cores"], run.get("component_us_per_request") or "-", memory.get("peak_rss_mib", "-"),
+            run["after"].get("loadavg_1m", 0), run["status"]))
         decisions = run.get("gateway_decisions", {})
         if any(not key.endswith((" verified", " pass")) for key in decisions):
             print("%14s gateway decisions: %s" % ("", decisions))
@@ -291,14 +349,30 @@ def print_table(runs, crypto_result, checks):
         if phases:
             print("%14s inside the gateway, p50/p99 ms: %s" % ("", ", ".join(
                 "%s %s/%s" % (phase, phases[phase].get("p50"), phases[phase].get("p99")) for phase in PHASES if phase in phases)))
+    idle, sse = extra.get("idle", {}), extra.get("sse", {})
+    if idle.get("idle"):
+        print("%-14s %s connections opened of %s in %s s (failures %s); gateway RSS %s -> %s MiB, threads %s -> %s; "
+              "fresh request: %s; still open after: %s" % (
+                  "idle", idle["opened"], idle["count"], idle["open_seconds"], idle["failures"] or "none",
+                  idle["before"]["rss_mib"], idle["idle"]["rss_mib"], idle["before"]["threads"], idle["idle"]["threads"],
+                  idle["fresh_status"], idle["still_open"]))
+    if sse:
+        print("%-14s %s of %s streams ok, failed %s %s; %s of %s events; all headers after %s s; upstream peak %s "
+              "streams, %s open when sse-fast started, %s when it ended" % (
+                  "sse", sse.get("ok"), sse.get("streams"), sse.get("failed"), sse.get("reasons") or "",
+                  sse.get("events"), sse.get("events_expected"), sse.get("all_headers_s"),
+                  extra.get("sse_upstream", {}).get("peak"), extra.get("sse_upstream_start", {}).get("active"),
+                  extra.get("sse_upstream_end", {}).get("active")))
     print()
     for key, value in sorted(crypto_result.items()):
         print("%-50s %12.0f" % (key, value) if value > 10 else "%-50s %12.3f" % (key, value))
     print()
-    print("%-62s %10s %8s  %s" % ("target", "value", "goal", "met"))
+    print("%-70s %10s %8s  %s" % ("target", "value", "goal", "met"))
     for check in checks:
         met = "info" if check["goal"] == "-" else {True: "MET", False: "MISSED", None: "not measured"}[check["met"]]
-        print("%-62s %10s %8s  %s" % (check["target"], check["value"], check["goal"], met))
+        if check.get("note"):
+            met += " (%s)" % check["note"]
+        print("%-70s %10s %8s  %s" % (check["target"], check["value"], check["goal"], met))
 
 
 def main(argv):

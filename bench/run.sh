@@ -3,7 +3,8 @@
 # Installs what it needs, starts Redis, two nginx instances, the release gateway and the DIY verifier in a
 # temporary directory, drives them with wrk, stops everything, writes bench/results/latest.json and prints
 # the table. Settings (environment): BENCH_QUICK=1, BENCH_DURATION, BENCH_LEVELS, BENCH_DEVICES,
-# BENCH_KEYS (0 skips the large-key run), BENCH_RATE_CONNECTIONS, BENCH_OUT, BENCH_PERF=1, BENCH_KEEP=1.
+# BENCH_KEYS (0 skips the large-key run), BENCH_RATE_CONNECTIONS, BENCH_OUT, BENCH_PERF=1, BENCH_KEEP=1,
+# BENCH_OLD=0 (skips the thread-per-connection comparison), BENCH_IDLE (10000), BENCH_SSE_STREAMS (2000).
 # See bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,9 @@ else
     duration=${BENCH_DURATION:-8} levels=${BENCH_LEVELS:-16 64 256} keys=${BENCH_KEYS:-100000}
 fi
 devices=${BENCH_DEVICES:-2000}
+idle_count=${BENCH_IDLE:-10000}
+sse_streams=${BENCH_SSE_STREAMS:-2000}
+sse_events=$((duration + 6))  # one a second: the streams outlast their ramp-up and the fast route's run
 rate_connections=${BENCH_RATE_CONNECTIONS:-32}
 out=${BENCH_OUT:-bench/results/latest.json}
 threads=$(nproc)
@@ -34,14 +38,29 @@ if ! cmp -s bench/diy/requirements.txt "$venv/requirements.txt"; then
     cp bench/diy/requirements.txt "$venv/requirements.txt"
 fi
 report() { python3 bench/report.py "$@"; }
+# 10,000 idle connections and 2,000 streams (each two sockets in the gateway) need descriptors: the
+# client scripts run in this shell, the gateway raises its own limit at start.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# The thread-per-connection gateway (49b53de) for the comparison runs: built once, cached in .build-old/.
+old_gateway="" old_error=""
+if [ "${BENCH_OLD:-1}" = 1 ]; then
+    old_log=$(mktemp)
+    old_gateway=$(bench/build-old.sh 2> "$old_log") || { old_gateway=""; old_error=$(tail -1 "$old_log"); }
+    cat "$old_log" >&2; rm -f "$old_log"
+else
+    old_error="skipped (BENCH_OLD=0)"
+fi
 
 # --- Services -----------------------------------------------------------------------------------------
 work=$(mktemp -d /tmp/gateway-bench.XXXXXX)
 chmod 755 "$work"  # nginx workers run as nobody
 mkdir -p "$work/runs" "$work/queues" "$work/logs" "$work/tmp" "$work/ca"
-gateway_pid="" diy_pid=""
+gateway_pid="" diy_pid="" old_pid="" sse_pid=""
 cleanup() {
+    set +e  # a process that is already gone must not stop the others being stopped
     [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
+    [ -n "$old_pid" ] && kill "$old_pid" 2>/dev/null
+    [ -n "$sse_pid" ] && kill "$sse_pid" 2>/dev/null
     [ -n "$diy_pid" ] && kill $(diy_pids) 2>/dev/null
     for pidfile in "$work"/nginx-*.pid "$work/redis.pid"; do
         [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
@@ -51,9 +70,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-read -r redis_port upstream_port proxy_port diy_front_port diy_port gateway_port admin_port < <(python3 -c '
+read -r redis_port upstream_port proxy_port diy_front_port diy_port gateway_port admin_port sse_port old_port old_admin_port \
+    < <(python3 -c '
 import socket
-sockets = [socket.socket() for _ in range(7)]
+sockets = [socket.socket() for _ in range(10)]
 for s in sockets: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in sockets])')
 upstream_url=http://127.0.0.1:$upstream_port
@@ -62,6 +82,9 @@ diy_url=http://127.0.0.1:$diy_front_port
 gateway_url=http://127.0.0.1:$gateway_port
 admin_url=http://127.0.0.1:$admin_port
 redis_url=redis://127.0.0.1:$redis_port/0
+sse_url=http://127.0.0.1:$sse_port
+old_url=http://127.0.0.1:$old_port
+old_admin_url=http://127.0.0.1:$old_admin_port
 
 wait_for() {  # URL: answers anything within 15 s
     for _ in $(seq 150); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
@@ -111,22 +134,44 @@ nginx_instance front "
   }"
 
 "$gateway" bench ca --out "$work/ca" >/dev/null
-cat > "$work/gateway.yaml" <<EOF
-listen: "127.0.0.1:$gateway_port"
-admin_listen: "127.0.0.1:$admin_port"
-redis: { url: "$redis_url", pool_size: 64, timeout_ms: 1000 }
+# gateway_config LISTEN ADMIN REDIS CA [UPSTREAM…] [-- ROUTE…] [-- TOP-LEVEL…]: the bench config, the same for the
+# old gateway (49b53de) and this one; this one adds the SSE upstream and route and room for the idle
+# connections above the default connection_limit (10,000).
+gateway_config() {
+    local listen=$1 admin=$2 redis=$3 ca=$4 part=0 line
+    shift 4
+    local upstreams=() routes=() top=()
+    for line in "$@"; do
+        if [ "$line" = -- ]; then part=$((part + 1)); continue; fi
+        case $part in 0) upstreams+=("  $line") ;; 1) routes+=("  - $line") ;; *) top+=("$line") ;; esac
+    done
+    cat <<EOF
+listen: "127.0.0.1:$listen"
+admin_listen: "127.0.0.1:$admin"
+redis: { url: "$redis", pool_size: 64, timeout_ms: 1000 }
 app_attest:
   apps: ["BENCH12345.com.example.bench"]
   environments: [development]
-  trust_anchor: "$work/ca/root.pem"
+  trust_anchor: "$ca/root.pem"
   challenge_ttl_seconds: 3600
 upstreams:
   fast: { url: "$upstream_url", max_idle_connections: 512 }
+$(printf '%s\n' "${upstreams[@]}")
 routes:
   - { path_prefix: "/pass/", upstream: fast, policy: pass }
   - { path_prefix: "/assert/", upstream: fast, policy: assert }
   - { path_prefix: "/body/", upstream: fast, policy: assert, client_data: body }
+$(printf '%s\n' "${routes[@]}")
+$(printf '%s\n' "${top[@]}")
 EOF
+}
+gateway_config "$gateway_port" "$admin_port" "$redis_url" "$work/ca" \
+    "sse: { url: \"$sse_url\", max_idle_connections: $((sse_streams + 100)) }" \
+    -- '{ path_prefix: "/sse/", upstream: sse, policy: pass }' \
+    -- "server: { connection_limit: $((idle_count + 500)) }" > "$work/gateway.yaml"
+gateway_config "$old_port" "$old_admin_port" "redis://127.0.0.1:$redis_port/1" "$work/old-ca" > "$work/old-gateway.yaml"
+python3 bench/sse_upstream.py --port "$sse_port" --events "$sse_events" --interval 1 > "$work/logs/sse-upstream.log" 2>&1 &
+sse_pid=$!
 # The request log (one JSON line per request) is still built, then dropped: the cheapest log sink.
 "$gateway" serve --config "$work/gateway.yaml" > /dev/null 2> "$work/logs/gateway.err" &
 gateway_pid=$!
@@ -134,7 +179,9 @@ gateway_pid=$!
     > "$work/logs/diy.log" 2>&1 &
 diy_pid=$!
 diy_pids() { echo "$diy_pid" $(pgrep -P "$diy_pid"); }
-for url in "$upstream_url" "$proxy_url" "$diy_url" "$gateway_url/pass/" "http://127.0.0.1:$diy_port/"; do wait_for "$url"; done
+for url in "$upstream_url" "$proxy_url" "$diy_url" "$gateway_url/pass/" "http://127.0.0.1:$diy_port/" "$sse_url/stats"; do
+    wait_for "$url"
+done
 sleep 1  # the DIY verifier's other workers
 workers_of() { pgrep -P "$(cat "$work/nginx-$1.pid")" | paste -sd, -; }
 pids="gateway=$gateway_pid upstream=$(workers_of upstream) front=$(workers_of front) diy=$(diy_pids | tr ' ' ,) redis=$(cat "$work/redis.pid")"
@@ -147,7 +194,7 @@ load() {
     shift 6
     for assignment in "$@"; do [[ $assignment == BENCH_RATE=* ]] && rate=${assignment#BENCH_RATE=}; done
     report reset-peaks --pids "$pids"
-    report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.before.json"
+    report snapshot --admin "${metrics_url:-$admin_url}" --pids "$pids" > "$work/runs/$name.before.json"
     local profiler=""
     if [ "${BENCH_PERF:-0}" = 1 ] && [ "$kind" = max ] && [ "$connections" = "$peak" ] && [[ $target =~ ^(c|d|keys)$ ]]; then
         perf record -F 299 --call-graph dwarf,16384 -p "$gateway_pid" -o "$work/perf-$name.data" -- sleep $((seconds - 1)) \
@@ -156,7 +203,7 @@ load() {
     fi
     env BENCH_THREADS="$threads" BENCH_WORKDIR="$work/queues" BENCH_PIDS="$pids" BENCH_SUMMARY="$work/runs/$name.wrk.json" "$@" \
         wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s -s bench/replay.lua "$url" > "$work/runs/$name.out" 2>&1 || true
-    report snapshot --admin "$admin_url" --pids "$pids" > "$work/runs/$name.after.json"
+    report snapshot --admin "${metrics_url:-$admin_url}" --pids "$pids" > "$work/runs/$name.after.json"
     if [ -n "$profiler" ]; then
         wait "$profiler" || true
         {
@@ -171,6 +218,12 @@ load() {
     printf '{"name":"%s","target":"%s","kind":"%s","what":"%s","connections":%d,"rate":%s,"seconds":%s,"clk_tck":%s}\n' \
         "$name" "$target" "$kind" "$what" "$connections" "$rate" "$seconds" "$clk_tck" >> "$work/runs/manifest.jsonl"
     printf '%-16s %-40s %s\n' "$name" "$what, $connections conns" "$(tail -1 "$work/runs/$name.out")"
+    for pid in $gateway_pid $old_pid; do
+        kill -0 "$pid" 2>/dev/null && continue
+        echo "bench: the gateway under test (pid $pid) is gone after $name; its stderr ends:" >&2
+        tail -5 "$work/logs/gateway.err" "$work/logs/old-gateway.err" 2>/dev/null >&2
+        exit 1
+    done
 }
 next_round() {  # NAME: the first counter the run after NAME may use
     local round
@@ -257,6 +310,42 @@ for connections in $levels; do
     diy_bound=$(python3 -c "print(int(max($(best e), 100) * 1.5))")
 done
 
+# The thread-per-connection main (49b53de), same load: its pass route, then its assert route with
+# requests it prepared itself (its own CA, Redis database 1), at 64 and 256 connections (those of them in
+# the run, else the peak). It runs only for these runs; a build that failed is reported, not measured.
+old_levels=$(for level in 64 256; do if [[ " $levels " == *" $level "* ]]; then echo "$level"; fi; done | paste -sd' ' -)
+[ -n "$old_levels" ] || old_levels=$peak
+if [ -n "$old_gateway" ]; then
+    mkdir -p "$work/old-ca"
+    "$old_gateway" bench ca --out "$work/old-ca" >/dev/null
+    "$old_gateway" serve --config "$work/old-gateway.yaml" > /dev/null 2> "$work/logs/old-gateway.err" &
+    old_pid=$!
+    wait_for "$old_url/pass/"
+    saved_pids=$pids
+    pids="old=$old_pid upstream=$(workers_of upstream) redis=$(cat "$work/redis.pid")" metrics_url=$old_admin_url
+    for connections in $old_levels; do
+        load "oldc-c$connections" oldc max "old main (49b53de) pass route" "$connections" "$old_url/pass/items/1"
+    done
+    old_count=$(enough "$duration * ($(wc -w <<< "$old_levels") + 0.5)" "$(best oldc)")
+    old_rounds=$(( (old_count + devices - 1) / devices + 1 ))
+    echo "bench: preparing $work/old-requests.txt with the old main: $devices devices x $old_rounds requests"
+    "$old_gateway" bench prepare --gateway "$old_url" --ca "$work/old-ca" --devices "$devices" \
+        --requests-per-device "$old_rounds" --out "$work/old-requests.txt" > "$work/old-prepare.json" 2> "$work/logs/old-prepare.log"
+    old_round=1
+    for connections in $old_levels; do
+        load "oldd-c$connections" oldd max "old main (49b53de) assert route" "$connections" "$old_url" \
+            BENCH_REQUESTS="$work/old-requests.txt" BENCH_START_ROUND="$old_round"
+        old_round=$(next_round "oldd-c$connections")
+    done
+    kill "$old_pid"; wait "$old_pid" 2>/dev/null || true
+    old_pid="" pids=$saved_pids metrics_url=""
+    echo '{"commit": "49b53de", "built": true}' > "$work/old.json"
+else
+    echo "bench: no comparison with the thread-per-connection main: $old_error"
+    python3 -c 'import json, sys; json.dump({"commit": "49b53de", "built": False, "reason": sys.argv[1]}, open(sys.argv[2], "w"))' \
+        "$old_error" "$work/old.json"
+fi
+
 # Many keys: written straight into Redis with the gateway's own store code (attesting 100k keys would
 # take longer than the whole bench). Then the assert route again at peak connections, twice: from as many
 # of the new keys as the small runs had devices, several requests each (the same traffic as d, with 50 x
@@ -281,6 +370,31 @@ if [ "$keys" -gt 0 ]; then
         BENCH_REQUESTS="$work/keys-miss.txt"
 fi
 
+# Idle connections: $idle_count keep-alive connections, one request each, then silent; the gateway's RSS
+# and threads with all of them open, and a request on a fresh connection meanwhile.
+if [ "$(ulimit -n)" -gt $((idle_count + 100)) ]; then
+    python3 bench/idle.py --port "$gateway_port" --pid "$gateway_pid" --count "$idle_count" --out "$work/idle.json"
+else
+    echo "bench: ulimit -n is $(ulimit -n): too low for $idle_count idle connections"
+    printf '{"count": %d, "skipped": "ulimit -n %s"}\n' "$idle_count" "$(ulimit -n)" > "$work/idle.json"
+fi
+
+# Streams: $sse_streams server-sent-event streams through the gateway's pass route at once (one event a
+# second for $sse_events s each), and meanwhile, once the upstream holds them all, the fast pass route
+# paced at 200 req/s over 16 connections for $duration s.
+python3 bench/sse_clients.py --port "$gateway_port" --streams "$sse_streams" --events "$sse_events" --out "$work/sse.json" &
+sse_clients=$!
+for _ in $(seq 150); do
+    active=$(curl -s "$sse_url/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["active"])' || echo 0)
+    [ "$active" -ge "$sse_streams" ] && break
+    sleep 0.1
+done
+curl -s "$sse_url/stats" > "$work/sse-upstream-start.json"
+load sse-fast sse rate "gateway pass during $sse_streams SSE streams" 16 "$gateway_url/pass/items/1" BENCH_RATE=200
+curl -s "$sse_url/stats" > "$work/sse-upstream-end.json"
+wait "$sse_clients" || true
+curl -s "$sse_url/stats" > "$work/sse-upstream.json"
+
 # --- Report -------------------------------------------------------------------------------------------
 python3 - "$work/environment.json" <<EOF
 import glob, json, os, platform, subprocess, sys
@@ -297,7 +411,8 @@ environment = {
     "nginx": run("nginx", "-v"), "wrk": run("wrk", "-v"), "redis": run("redis-server", "--version"),
     "openssl": run("openssl", "version"), "python_diy": run("$venv/bin/python", "--version"),
     "settings": {"duration_s": $duration, "levels": "$levels".split(), "devices": $devices, "keys": $keys,
-                 "rate_connections": $rate_connections, "wrk_threads": $threads, "quick": "${BENCH_QUICK:-0}" == "1"},
+                 "rate_connections": $rate_connections, "wrk_threads": $threads, "quick": "${BENCH_QUICK:-0}" == "1",
+                 "idle_connections": $idle_count, "sse_streams": $sse_streams, "sse_events": $sse_events},
     "prepare": [json.load(open(path)) for path in sorted(glob.glob("$work/prepare-*.json"))],
     "total_seconds": $(date +%s) - $bench_start,
 }

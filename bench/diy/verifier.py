@@ -10,8 +10,11 @@ X-Original-URI) and forwards it upstream only on a 2xx. The checks mirror the ga
 3. The key's record (public key, App ID) from the gateway's own Redis layout, cached in process.
 4. pyattest verifies the ECDSA signature over SHA256(authenticatorData || SHA256(clientData)); pyattest
    does not look at rpIdHash, so this peer checks rpIdHash == SHA256(App ID) itself.
-5. One Lua script: key known and not revoked, the challenge bound to this key consumed (single use),
-   counter strictly above the stored one, which it then replaces.
+5. The challenge is the gateway's stateless one (docs/security.md, "Stateless challenges"): its
+   HMAC-SHA256 under the secret the gateway keeps in Redis (`<prefix>:challenge-secret`), with the key id
+   when it was issued for one, an assertion challenge, not expired.
+6. One Lua script: key known and not revoked, the challenge not spent before (then recorded as spent for
+   its remaining lifetime), counter strictly above the stored one, which it then replaces.
 
 Run: python verifier.py --listen 127.0.0.1:PORT --redis redis://127.0.0.1:6379/0 [--workers N]
 Workers are processes sharing the port (SO_REUSEPORT), one asyncio loop each: Python runs one thread of
@@ -23,6 +26,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 import time
@@ -36,14 +40,18 @@ from pyattest.configs.apple import AppleConfig
 
 EMPTY_BODY_SHA256 = base64.b64encode(hashlib.sha256(b"").digest()).decode()
 
-# The gateway's StoreScripts.commitAssertion with counter window 0.
+# The gateway's challenge format (Sources/Gateway/Proxy/StatelessChallenge.swift): base64url of
+# version 1 | kind (2 = assert, 0x80 = issued for a key id) | expiry (4 bytes) | 16-byte nonce | HMAC.
+CHALLENGE_DOMAIN = b"app-attest-gateway challenge"
+CHALLENGE_HEADER_BYTES = 22
+CHALLENGE_CLOCK_SKEW_MS = 5000
+
+# The gateway's StoreScripts.commitAssertion with counter window 0 (ARGV[3]: the spent record's TTL, ms).
 COMMIT = """
-local fresh = redis.call('GET', KEYS[2]) == 'assert'
-redis.call('DEL', KEYS[2])
 local record = redis.call('HMGET', KEYS[1], 'counter', 'revoked')
 if not record[1] then return 'key_unknown' end
 if record[2] == '1' then return 'key_revoked' end
-if not fresh then return 'challenge_unknown' end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 'challenge_reused' end
 if tonumber(ARGV[1]) <= tonumber(record[1]) then return 'counter_not_increasing' end
 redis.call('HSET', KEYS[1], 'counter', ARGV[1], 'last_used_at', ARGV[2])
 return 'accepted'
@@ -71,6 +79,7 @@ class Verifier:
         self.store = store
         self.prefix = prefix
         self.keys = {}
+        self.secret = None
         self.commit = store.register_script(COMMIT)
 
     def tag(self, key_id):
@@ -88,6 +97,31 @@ class Verifier:
                 self.keys[key_id] = key
                 return key
         raise Rejected("key_unknown")
+
+    async def spend(self, challenge, key_id):
+        """(spent-record key, its TTL in ms) of a valid assertion challenge of this gateway."""
+        if self.secret is None:
+            self.secret = await self.store.get("%s:challenge-secret" % self.prefix)
+            if self.secret is None:
+                raise Rejected("challenge_invalid")  # no gateway issued any challenge yet
+        try:
+            raw = base64.urlsafe_b64decode(challenge + "=" * (-len(challenge) % 4)) if len(challenge) == 72 else b""
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != CHALLENGE_HEADER_BYTES + 32 or raw[0] != 1:
+            raise Rejected("challenge_invalid")
+        bound = raw[1] & 0x80 != 0
+        signed = CHALLENGE_DOMAIN + raw[:CHALLENGE_HEADER_BYTES] + (key_id if bound else b"")
+        if not hmac.compare_digest(hmac.new(self.secret, signed, hashlib.sha256).digest(), raw[CHALLENGE_HEADER_BYTES:]):
+            raise Rejected("challenge_invalid")
+        if raw[1] & 0x7F != 2:
+            raise Rejected("challenge_wrong_kind")
+        remaining_ms = int.from_bytes(raw[2:6], "big") * 1000 - int(time.time() * 1000)
+        if remaining_ms <= 0:
+            raise Rejected("challenge_expired")
+        nonce = base64.urlsafe_b64encode(raw[6:CHALLENGE_HEADER_BYTES]).decode().rstrip("=")
+        record = "%s:%s:ch:%s" % (self.prefix, self.tag(key_id), nonce) if bound else "%s:ch:{%s}" % (self.prefix, nonce)
+        return record, remaining_ms + CHALLENGE_CLOCK_SKEW_MS
 
     async def check(self, headers):
         try:
@@ -108,8 +142,8 @@ class Verifier:
         data = checked.data
         if data["rp_id"] != key.rp_id_hash:
             raise Rejected("app_id_mismatch")
-        challenge_key = "%s:%s:ch:%s" % (self.prefix, self.tag(key_id), challenge)
-        outcome = await self.commit(keys=[key.record, challenge_key], args=[data["counter"], int(time.time())])
+        spent, ttl_ms = await self.spend(challenge, key_id)
+        outcome = await self.commit(keys=[key.record, spent], args=[data["counter"], int(time.time()), ttl_ms])
         if outcome != b"accepted":
             raise Rejected(outcome.decode())
 
