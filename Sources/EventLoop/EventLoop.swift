@@ -91,7 +91,9 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
         pending.append(work)
         let first = pending.count == 1
         lock.unlock()
-        if first { core.wake() }
+        guard first else { return }
+        // A job resumed by the loop's own callbacks (a Redis reply, curl's headers) needs no eventfd write.
+        if inLoop { core.wakeFromLoop() } else { core.wake() }
     }
 
     private func runPending() {

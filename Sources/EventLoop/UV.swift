@@ -9,6 +9,9 @@ import Glibc
 final class LoopCore {
     let loop: UnsafeMutablePointer<uv_loop_t>
     private let wakeup: UnsafeMutablePointer<uv_async_t>
+    /// Keeps the loop from sleeping in poll while work queued from its own thread waits.
+    private let idle: UnsafeMutablePointer<uv_idle_t>
+    private var idling = false
     /// Shared by every read on this loop: libuv asks for a buffer, the read callback consumes it at once.
     fileprivate let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     fileprivate let onWake: () -> Void
@@ -16,8 +19,11 @@ final class LoopCore {
     init(onWake: @escaping () -> Void) throws(LoopError) {
         loop = .allocate(capacity: 1)
         wakeup = .allocate(capacity: 1)
+        idle = .allocate(capacity: 1)
         self.onWake = onWake
         try check(uv_loop_init(loop), "uv_loop_init")
+        uv_idle_init(loop, idle)
+        idle.pointee.data = nil
         try check(uv_async_init(loop, wakeup) { async in
             guard let async, let data = async.pointee.data else { return }
             Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue().onWake()
@@ -28,6 +34,20 @@ final class LoopCore {
     /// Thread-safe; several calls before the loop wakes run `onWake` once.
     func wake() { uv_async_send(wakeup) }
 
+    /// From the loop's own thread: run `onWake` on the next iteration without a system call.
+    func wakeFromLoop() {
+        guard !idling else { return }
+        idling = true
+        idle.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        uv_idle_start(idle) { idle in
+            guard let idle, let data = idle.pointee.data else { return }
+            let core = Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue()
+            uv_idle_stop(idle)
+            core.idling = false
+            core.onWake()
+        }
+    }
+
     /// Runs until `stop()` and every handle is closed.
     func run() { uv_run(loop, UV_RUN_DEFAULT) }
 
@@ -37,7 +57,7 @@ final class LoopCore {
     func stop() {
         uv_walk(loop, { handle, _ in
             guard let handle, uv_is_closing(handle) == 0 else { return }
-            if handle.pointee.type != UV_ASYNC, let data = handle.pointee.data,
+            if handle.pointee.type != UV_ASYNC, handle.pointee.type != UV_IDLE, let data = handle.pointee.data,
                let owner = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as? LoopHandle {
                 owner.close()
             } else {
@@ -51,6 +71,7 @@ final class LoopCore {
         uv_loop_close(loop)
         loop.deallocate()
         wakeup.deallocate()
+        idle.deallocate()
         readBuffer.deallocate()
     }
 }
