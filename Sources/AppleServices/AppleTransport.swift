@@ -140,12 +140,47 @@ final class AppleTransport: Sendable {
         }
     }
 
-    private func exchange(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?,
-                          authorization: Authorization) throws(AppleServiceError) -> (Int, [UInt8]) {
+    /// The same without holding a thread: curl on the calling event loop, back-off as a suspension.
+    func post<Value>(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?, authorization: Authorization,
+                     decode: (Int, [UInt8]) throws(AppleServiceError) -> Value) async throws(AppleServiceError) -> Value {
+        var attempt = 1
+        while true {
+            let started = Date()
+            var status: Int?
+            do throws(AppleServiceError) {
+                let request = try message(endpoint, body: body, contentType: contentType, authorization: authorization)
+                let (code, reply): (Int, [UInt8])
+                do throws(UpstreamError) {
+                    (code, reply) = try await client.fetch(request, limit: Self.maxResponseBytes)
+                } catch {
+                    throw Self.serviceError(error)
+                }
+                status = code
+                let value = try classify(code, reply, decode: decode)
+                report(endpoint, attempt, status, started, outcome: "ok", willRetry: false)
+                return value
+            } catch {
+                let retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
+                report(endpoint, attempt, status, started, outcome: error.reasonCode, willRetry: retry)
+                guard retry else { throw error }
+            }
+            let delay = options.retry.delay(afterAttempt: attempt, random: Double.random(in: 0...1))
+            try? await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1e9))
+            attempt += 1
+        }
+    }
+
+    private func message(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?,
+                         authorization: Authorization) throws(AppleServiceError) -> UpstreamRequest {
         let token = try jwt.token()
         var headers = [HTTPField("Authorization", authorization == .bearer ? "Bearer \(token)" : token)]
         if let contentType { headers.append(HTTPField("Content-Type", contentType)) }
-        let request = UpstreamRequest(method: "POST", pathAndQuery: endpoint.rawValue, headers: headers, body: body)
+        return UpstreamRequest(method: "POST", pathAndQuery: endpoint.rawValue, headers: headers, body: body)
+    }
+
+    private func exchange(_ endpoint: AppleEndpoint, body: [UInt8], contentType: String?,
+                          authorization: Authorization) throws(AppleServiceError) -> (Int, [UInt8]) {
+        let request = try message(endpoint, body: body, contentType: contentType, authorization: authorization)
         do throws(UpstreamError) {
             let response = try client.send(request)
             let reply = try response.readAll(limit: Self.maxResponseBytes)

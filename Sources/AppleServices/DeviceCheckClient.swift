@@ -43,9 +43,32 @@ public final class DeviceCheckClient: Sendable {
         try post(.updateTwoBits, deviceToken: deviceToken, bits: (bit0, bit1)) { (_: [UInt8]) in }
     }
 
-    /// One transaction id and timestamp per call, kept across its retries (it is one transaction).
+    // The same three calls from an event loop: no thread waits for Apple.
+
+    public func validate(deviceToken: String) async throws(AppleServiceError) {
+        try await post(.validateDeviceToken, deviceToken: deviceToken, bits: nil) { (_: [UInt8]) in }
+    }
+
+    public func query(deviceToken: String) async throws(AppleServiceError) -> TwoBits {
+        try await post(.queryTwoBits, deviceToken: deviceToken, bits: nil, decode: Self.twoBits)
+    }
+
+    public func update(deviceToken: String, bit0: Bool, bit1: Bool) async throws(AppleServiceError) {
+        try await post(.updateTwoBits, deviceToken: deviceToken, bits: (bit0, bit1)) { (_: [UInt8]) in }
+    }
+
     private func post<Value>(_ endpoint: AppleEndpoint, deviceToken: String, bits: (Bool, Bool)?,
-                              decode: ([UInt8]) throws(AppleServiceError) -> Value) throws(AppleServiceError) -> Value {
+                              decode: @escaping ([UInt8]) throws(AppleServiceError) -> Value) async throws(AppleServiceError) -> Value {
+        let body = try Self.payload(deviceToken: deviceToken, bits: bits)
+        return try await transport.post(endpoint, body: body, contentType: "application/json", authorization: .bearer) {
+            (status, reply) throws(AppleServiceError) in
+            guard status == 200 else { throw .badResponse("HTTP \(status) from \(endpoint.rawValue): \(AppleTransport.excerpt(reply))") }
+            return try decode(reply)
+        }
+    }
+
+    /// One transaction id and timestamp per call, kept across its retries (it is one transaction).
+    private static func payload(deviceToken: String, bits: (Bool, Bool)?) throws(AppleServiceError) -> [UInt8] {
         guard !deviceToken.isEmpty, deviceToken.utf8.count <= Self.maxDeviceTokenBytes, Base64.decode(deviceToken) != nil else {
             throw .rejectedToken("the device token is not base64 of at most \(Self.maxDeviceTokenBytes) bytes; not sent")
         }
@@ -53,7 +76,13 @@ public final class DeviceCheckClient: Sendable {
             deviceToken: deviceToken, transactionID: UUID().uuidString,
             timestamp: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)), bit0: bits?.0, bit1: bits?.1)
         guard let body = try? JSONEncoder().encode(payload) else { throw .invalidConfiguration("cannot encode the request") }
-        return try transport.post(endpoint, body: Array(body), contentType: "application/json", authorization: .bearer) {
+        return Array(body)
+    }
+
+    private func post<Value>(_ endpoint: AppleEndpoint, deviceToken: String, bits: (Bool, Bool)?,
+                              decode: ([UInt8]) throws(AppleServiceError) -> Value) throws(AppleServiceError) -> Value {
+        let body = try Self.payload(deviceToken: deviceToken, bits: bits)
+        return try transport.post(endpoint, body: body, contentType: "application/json", authorization: .bearer) {
             (status, reply) throws(AppleServiceError) in
             guard status == 200 else { throw .badResponse("HTTP \(status) from \(endpoint.rawValue): \(AppleTransport.excerpt(reply))") }
             return try decode(reply)

@@ -87,6 +87,16 @@ public struct LoopError: Error, CustomStringConvertible, Sendable {
     public var description: String { "\(operation): \(String(cString: uv_strerror(code)))" }
 }
 
+/// Closes a handle whose `data` holds its retained owner: libuv frees it only after the close callback,
+/// which then lets the owner go.
+private func closeOwned<Handle>(_ handle: UnsafeMutablePointer<Handle>) {
+    uv_close(cuv_handle(handle)) { closing in
+        guard let closing else { return }
+        Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
+        closing.deallocate()
+    }
+}
+
 private func check(_ code: Int32, _ operation: String) throws(LoopError) {
     guard code >= 0 else { throw LoopError(operation: operation, code: code) }
 }
@@ -123,11 +133,7 @@ public final class LoopTimer: LoopHandle {
     public func close() {
         guard !closed else { return }
         closed = true
-        uv_close(cuv_handle(handle)) { closing in
-            guard let closing else { return }
-            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
-            closing.deallocate()
-        }
+        closeOwned(handle)
     }
 }
 
@@ -170,11 +176,7 @@ public final class SocketWatch: LoopHandle {
         guard !closed else { return }
         closed = true
         uv_poll_stop(handle)
-        uv_close(cuv_handle(handle)) { closing in
-            guard let closing else { return }
-            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
-            closing.deallocate()
-        }
+        closeOwned(handle)
     }
 }
 
@@ -231,11 +233,7 @@ public final class TCPListener: LoopHandle {
     public func close() {
         guard !closed else { return }
         closed = true
-        uv_close(cuv_handle(handle)) { closing in
-            guard let closing else { return }
-            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
-            closing.deallocate()
-        }
+        closeOwned(handle)
     }
 
     private static func bind(host: String, port: Int, ipv6: Bool, reusePort: Bool) throws(LoopError) -> Int32 {
@@ -487,10 +485,6 @@ public final class TCPConnection: LoopHandle {
         guard !isClosed else { return }
         isClosed = true
         delegate = nil
-        uv_close(cuv_handle(handle)) { closing in
-            guard let closing else { return }
-            Unmanaged<AnyObject>.fromOpaque(closing.pointee.data).release()
-            closing.deallocate()
-        }
+        closeOwned(handle)
     }
 }

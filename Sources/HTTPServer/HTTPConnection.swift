@@ -145,6 +145,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         case .incomplete(let upTo):
             scanned = upTo
             if inbound.count > shared.limits.maxHeaderBytes {
+                // Still inside the request line: the target is what is too long.
+                if !inbound.contains(0x0A) {
+                    return reject(RequestFraming.Violation(status: 414, reason: "uri_too_long",
+                                                           message: "the request line exceeds \(shared.limits.maxHeaderBytes) bytes"))
+                }
                 reject(RequestFraming.Violation(status: 431, reason: "headers_too_large",
                                                 message: "the request line and headers exceed \(shared.limits.maxHeaderBytes) bytes"))
             }

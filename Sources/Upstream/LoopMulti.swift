@@ -38,6 +38,19 @@ public final class LoopMulti: @unchecked Sendable {
         }
     }
 
+    private static let perLoop = Locked<[ObjectIdentifier: LoopMulti]>([:])
+
+    /// The multi handle of the loop running this code, made on first use; nil off the loops.
+    public static func current() throws(UpstreamError) -> LoopMulti? {
+        guard let loop = EventLoop.current else { return nil }
+        return try perLoop.withLock { (table) throws(UpstreamError) -> LoopMulti in
+            if let existing = table[ObjectIdentifier(loop)] { return existing }
+            let made = try LoopMulti(loop: loop)
+            table[ObjectIdentifier(loop)] = made
+            return made
+        }
+    }
+
     /// Runs `transfer` (prepared) on this loop; its callbacks report progress.
     func add(_ transfer: CurlTransfer) throws(UpstreamError) {
         let added = curl_multi_add_handle(multi, transfer.easy)
@@ -314,5 +327,30 @@ public final class UpstreamUpload: @unchecked Sendable {
             onDrained?()
         }
         return count
+    }
+}
+
+extension UpstreamClient {
+    /// A whole exchange without a thread: on the current event loop's multi handle when there is one,
+    /// else the blocking transfer (off the loops: the CLI, the receipt refresher).
+    public func fetch(_ request: UpstreamRequest, limit: Int) async throws(UpstreamError) -> (status: Int, body: [UInt8]) {
+        guard let multi = try LoopMulti.current() else {
+            let response = try send(request)
+            return (response.status, try response.readAll(limit: limit))
+        }
+        let stream = try await open(request, on: multi)
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<[UInt8], UpstreamError>>, Never>) in
+            var body: [UInt8] = []
+            var failure: UpstreamError?
+            stream.relay(body: { bytes in
+                if body.count + bytes.count > limit { failure = .responseTooLarge(limit: limit) } else { body.append(contentsOf: bytes) }
+                return true
+            }, end: { error in
+                if let error = failure ?? error { continuation.resume(returning: Unchecked(.failure(error))) } else {
+                    continuation.resume(returning: Unchecked(.success(body)))
+                }
+            })
+        }
+        return (stream.status, try outcome.value.get())
     }
 }

@@ -9,19 +9,7 @@ import XCTest
 /// The event-loop server over real loopback sockets, driven by a raw client so framing is exact.
 final class HTTPServerTests: XCTestCase {
     private func start(_ handler: TestHandler, limits: ServerLimits = ServerLimits(workers: 2)) throws -> HTTPServer {
-        let loops = try (0..<limits.workers).map { try EventLoop(name: "test-\($0)") }
-        loops.forEach { $0.start() }
-        let server = try HTTPServer(address: "127.0.0.1:0", limits: limits, handler: handler, loops: loops)
-        addTeardownBlock {
-            server.closeAll()
-            loops.forEach { $0.stop() }
-        }
-        return server
-    }
-
-    private func errorReason(_ response: RawHTTPClient.Response) -> String? {
-        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
-        return json?["error"]
+        try startServer(handler, limits: limits)
     }
 
     // MARK: - What reaches the handler

@@ -8,19 +8,7 @@ import XCTest
 /// differently is refused with 400 before any handler runs; slow, idle and non-reading clients are cut off.
 final class HTTPStrictnessTests: XCTestCase {
     private func start(_ handler: TestHandler, limits: ServerLimits = ServerLimits(workers: 1)) throws -> HTTPServer {
-        let loops = try (0..<limits.workers).map { try EventLoop(name: "strict-\($0)") }
-        loops.forEach { $0.start() }
-        let server = try HTTPServer(address: "127.0.0.1:0", limits: limits, handler: handler, loops: loops)
-        addTeardownBlock {
-            server.closeAll()
-            loops.forEach { $0.stop() }
-        }
-        return server
-    }
-
-    private func errorReason(_ response: RawHTTPClient.Response) -> String? {
-        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
-        return json?["error"]
+        try startServer(handler, limits: limits)
     }
 
     func testEachStrictnessViolationIs400AndNeverReachesTheHandler() throws {
@@ -78,6 +66,15 @@ final class HTTPStrictnessTests: XCTestCase {
         let response = try client.readResponse()
         XCTAssertEqual(response.status, 431)
         XCTAssertEqual(errorReason(response), "headers_too_large")
+    }
+
+    func testATargetOverTheLimitGets414() throws {
+        let server = try start(TestHandler(), limits: ServerLimits(workers: 1, maxHeaderBytes: 2048))
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("GET /\(String(repeating: "a", count: 4096)) HTTP/1.1\r\nHost: t\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 414)
+        XCTAssertEqual(errorReason(response), "uri_too_long")
     }
 
     func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {

@@ -24,47 +24,46 @@ struct DeviceGate {
 
     /// The fallback: the device token is the only proof, so it is single-use and Apple must vouch for it
     /// (never fail-open here: an unchecked token proves nothing).
-    func authenticate(token: String, policy: DeviceCheckPolicy) throws(GatewayError) -> Device {
+    func authenticate(token: String, policy: DeviceCheckPolicy) async throws(GatewayError) -> Device {
         guard let raw = Base64.decode(token), !raw.isEmpty else { throw .deviceTokenInvalid("the token is not base64") }
         let fresh: Bool
         do {
-            fresh = try store.consumeDeviceToken(raw, ttlSeconds: DeviceGate.usedTokenSeconds)
+            fresh = try await store.consumeDeviceToken(raw, ttlSeconds: DeviceGate.usedTokenSeconds)
         } catch {
             throw GatewayError(error)
         }
         guard fresh else { throw .deviceTokenReused }
-        return try inspect(token: token, policy: policy, mayFailOpen: false)
+        return try await inspect(token: token, policy: policy, mayFailOpen: false)
     }
 
     /// Reads the bits when the route needs them and applies `deny_if_bits` and `once_per_device`.
-    func inspect(token: String, policy: DeviceCheckPolicy, mayFailOpen: Bool = true) throws(GatewayError) -> Device {
+    func inspect(token: String, policy: DeviceCheckPolicy, mayFailOpen: Bool = true) async throws(GatewayError) -> Device {
         let needsBits = !policy.denyIfBits.isEmpty || policy.oncePerDevice != nil
-        do {
-            guard needsBits else {
-                try apple.deviceCheck.validate(deviceToken: token)
-                return Device(token: token, bits: nil)
+        let bits: TwoBits?
+        do throws(AppleServiceError) {
+            if needsBits {
+                bits = try await apple.deviceCheck.query(deviceToken: token)
+            } else {
+                try await apple.deviceCheck.validate(deviceToken: token)
+                bits = nil
             }
-            let bits = try apple.deviceCheck.query(deviceToken: token)
-            let flagged = policy.denyIfBits.filter { bit, value in bits.value(of: bit) == value }.keys.map(\.rawValue).sorted()
-            guard flagged.isEmpty else { throw GatewayError.deviceFlagged(flagged.map { "\($0) set" }.joined(separator: ", ")) }
-            if let claim = policy.oncePerDevice, bits.value(of: claim) { throw GatewayError.alreadyClaimed }
-            return Device(token: token, bits: bits)
-        } catch let error as GatewayError {
-            throw error
-        } catch let error as AppleServiceError {
+        } catch {
             let mapped = GatewayError(error)
             if mayFailOpen, policy.unreachable == .open, case .appleUnavailable = mapped { return Device(token: token, bits: nil) }
             throw mapped
-        } catch {
-            throw .appleUnavailable("\(error)")
         }
+        guard let bits else { return Device(token: token, bits: nil) }
+        let flagged = policy.denyIfBits.filter { bit, value in bits.value(of: bit) == value }.keys.map(\.rawValue).sorted()
+        guard flagged.isEmpty else { throw .deviceFlagged(flagged.map { "\($0) set" }.joined(separator: ", ")) }
+        if let claim = policy.oncePerDevice, bits.value(of: claim) { throw .alreadyClaimed }
+        return Device(token: token, bits: bits)
     }
 
     /// `once_per_device`: after the upstream's 2xx, set the bit (the other bit kept as read).
-    func claim(_ device: Device, policy: DeviceCheckPolicy) throws(GatewayError) {
+    func claim(_ device: Device, policy: DeviceCheckPolicy) async throws(GatewayError) {
         guard let bit = policy.oncePerDevice, let bits = device.bits else { return }
         do {
-            try apple.deviceCheck.update(deviceToken: device.token, bit0: bit == .bit0 ? true : bits.bit0,
+            try await apple.deviceCheck.update(deviceToken: device.token, bit0: bit == .bit0 ? true : bits.bit0,
                                          bit1: bit == .bit1 ? true : bits.bit1)
         } catch {
             throw GatewayError(error)

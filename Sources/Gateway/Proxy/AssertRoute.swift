@@ -1,6 +1,5 @@
 import HTTPServer
 import AssertionCheck
-import EventLoop
 
 /// What an `assert` route decides before forwarding: an App Attest assertion (or, on `fallback:
 /// devicecheck`, a DeviceCheck token), the device's bits, the key's risk metric. Enforce mode ends the
@@ -11,8 +10,6 @@ struct AssertRoute {
     let keyCache: KeyCache
     let metrics: Metrics
     let log: EventLog
-    /// Apple's DeviceCheck API still blocks: its calls run here.
-    let blocking: BlockingPool
 
     struct Outcome {
         let identity: Forwarder.Identity
@@ -38,9 +35,8 @@ struct AssertRoute {
     /// cannot undo the upstream's work, so it is logged loudly rather than turned into an error.
     func afterUpstream(status: Int, outcome: Outcome, route: RouteConfig, record: RequestRecord) async {
         guard let device = outcome.pendingClaim, (200..<300).contains(status), let apple = runtime.apple else { return }
-        let store = runtime.store
         do {
-            try await offload { () throws(GatewayError) in try DeviceGate(apple: apple, store: store).claim(device, policy: route.deviceCheck) }
+            try await DeviceGate(apple: apple, store: runtime.store).claim(device, policy: route.deviceCheck)
         } catch {
             log.event(.error, "devicecheck_claim_failed", ["request_id": record.requestId, "route": route.name,
                                                            "reason": error.reasonCode, "message": error.message])
@@ -67,7 +63,7 @@ struct AssertRoute {
         let token = request.headers.first(named: DeviceGate.tokenHeader)
         let devices = runtime.apple.map { DeviceGate(apple: $0, store: runtime.store) }
         if policy.fallback, !AssertRoute.carriesAssertion(request), let token, let devices {
-            let device = try await offload { () throws(GatewayError) in try devices.authenticate(token: token, policy: policy) }
+            let device = try await devices.authenticate(token: token, policy: policy)
             record.decision = "devicecheck"
             record.attestMethod = "devicecheck"
             return Outcome(identity: Forwarder.Identity(status: "devicecheck", keyId: nil, riskMetric: nil, method: "devicecheck"),
@@ -87,7 +83,7 @@ struct AssertRoute {
                 inFlight = passed.keyId
             }
             do {
-                let device = try await offload { () throws(GatewayError) in try devices.inspect(token: token, policy: policy) }
+                let device = try await devices.inspect(token: token, policy: policy)
                 claim = policy.oncePerDevice == nil ? nil : device
             } catch {
                 await release(inFlight: inFlight, route: route, record: record)
@@ -111,12 +107,6 @@ struct AssertRoute {
             throw GatewayError(error)
         }
         guard marked else { throw .claimInProgress }
-    }
-
-    private func offload<T>(_ body: @escaping () throws(GatewayError) -> T) async throws(GatewayError) -> T {
-        try await blocking.run { () -> Result<T, GatewayError> in
-            do throws(GatewayError) { return .success(try body()) } catch { return .failure(error) }
-        }.get()
     }
 
     /// Apple calls the risk metric a signal, not a verdict: `risk_action: report` (the default) only marks it.

@@ -65,7 +65,7 @@ struct BuiltinEndpoints {
         case .attestVerify:
             return try await offload { () throws(GatewayError) in try register(request, record: record) }
         case .verifyDevice:
-            return try await offload { () throws(GatewayError) in try verifyDevice(request) }
+            return try await verifyDevice(request)
         case .assertToken:
             return try await mintToken(request, body: body, record: record)
         case .jwks:
@@ -74,7 +74,7 @@ struct BuiltinEndpoints {
     }
 
     /// Validates the token with Apple and answers the device's two bits (as Apple's query_two_bits does).
-    private func verifyDevice(_ request: HTTPRequest) throws(GatewayError) -> HTTPResponse {
+    private func verifyDevice(_ request: HTTPRequest) async throws(GatewayError) -> HTTPResponse {
         guard let apple = runtime.apple else { throw .routeNotFound }
         guard let object = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
               let token = object["device_token"] as? String, let raw = Base64.decode(token), !raw.isEmpty else {
@@ -82,7 +82,7 @@ struct BuiltinEndpoints {
         }
         let bits: TwoBits
         do {
-            bits = try apple.deviceCheck.query(deviceToken: token)
+            bits = try await apple.deviceCheck.query(deviceToken: token)
         } catch {
             throw GatewayError(error)
         }

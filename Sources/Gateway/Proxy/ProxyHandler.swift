@@ -14,16 +14,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     let metrics: Metrics
     let log: EventLog
     let blocking: BlockingPool
-    /// Each loop's curl multi handle: a request is forwarded on the loop its connection lives on.
-    private let multis: [ObjectIdentifier: LoopMulti]
-
-    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog, blocking: BlockingPool, loops: [EventLoop]) throws {
-        multis = try Dictionary(uniqueKeysWithValues: loops.map { loop in
-            let made = loop.sync { () -> Result<LoopMulti, UpstreamError> in
-                do throws(UpstreamError) { return .success(try LoopMulti(loop: loop)) } catch { return .failure(error) }
-            }
-            return (ObjectIdentifier(loop), try made.get())
-        })
+    public init(runtime: GatewayRuntime, metrics: Metrics, log: EventLog, blocking: BlockingPool) {
         current = Locked(runtime)
         keyCache = KeyCache(capacity: runtime.config.appAttest.keyCacheSize)
         self.metrics = metrics
@@ -109,7 +100,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         // A declared length over the limit is refused before any other check: it costs nothing to know.
         if case .contentLength(let length) = head.framing, length > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
         let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
-        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log, blocking: blocking)
+        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
         let outcome: AssertRoute.Outcome
         switch route.policy {
         case .deny:
@@ -131,7 +122,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             throw error
         }
-        guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = multis[ObjectIdentifier(exchange.loop)] else {
+        // The request is forwarded on the loop its connection lives on, by that loop's curl multi handle.
+        guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = try? LoopMulti.current() else {
             await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
             throw .routeNotFound
         }

@@ -88,8 +88,8 @@ final class Server: @unchecked Sendable {
         loops.forEach { $0.start() }
         // Blocking work (Redis commands, Apple's APIs) gets as many threads as Redis connections.
         blocking = BlockingPool(threads: max(config.redis.poolSize, 8), name: "blocking")
-        handler = try ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
-                                   blocking: blocking, loops: loops)
+        handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
+                               blocking: blocking)
         proxyServer = try HTTPServer(address: config.listen.description, limits: config.listenerLimits, handler: handler, loops: loops)
         admin = AdminHandler(proxy: handler, listener: proxyServer)
         adminServer = try HTTPServer(address: config.adminListen.description,

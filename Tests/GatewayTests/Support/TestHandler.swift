@@ -3,6 +3,8 @@ import Foundation
 import Gateway
 import HTTPServer
 import Synchronization
+import TestSupport
+import XCTest
 
 /// A handler recording every request that reaches it and answering with `respond` (on the loop: it must
 /// not block — tests wait with `Gate.wait()`, which suspends).
@@ -88,4 +90,24 @@ func waitUntil(seconds: Double = 5, _ condition: () -> Bool) -> Bool {
         usleep(2000)
     }
     return true
+}
+
+extension XCTestCase {
+    /// A server on loopback with `limits.workers` loops of its own, all stopped when the test ends.
+    func startServer(_ handler: TestHandler, limits: ServerLimits) throws -> HTTPServer {
+        let loops = try (0..<limits.workers).map { try EventLoop(name: "test-\($0)") }
+        loops.forEach { $0.start() }
+        let server = try HTTPServer(address: "127.0.0.1:0", limits: limits, handler: handler, loops: loops)
+        addTeardownBlock {
+            server.closeAll()
+            loops.forEach { $0.stop() }
+        }
+        return server
+    }
+
+    /// The `error` member of the gateway's JSON error body.
+    func errorReason(_ response: RawHTTPClient.Response) -> String? {
+        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+        return json?["error"]
+    }
 }
