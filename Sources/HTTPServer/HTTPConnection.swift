@@ -144,24 +144,22 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         switch outcome {
         case .incomplete(let upTo):
             scanned = upTo
-            if inbound.count > shared.limits.maxHeaderBytes {
-                // Still inside the request line: the target is what is too long.
-                if !inbound.contains(0x0A) {
-                    return reject(RequestFraming.Violation(status: 414, reason: "uri_too_long",
-                                                           message: "the request line exceeds \(shared.limits.maxHeaderBytes) bytes"))
-                }
-                reject(RequestFraming.Violation(status: 431, reason: "headers_too_large",
-                                                message: "the request line and headers exceed \(shared.limits.maxHeaderBytes) bytes"))
-            }
+            if inbound.count > shared.limits.maxHeaderBytes { rejectOversizedHead() }
         case .invalid(let violation):
             reject(violation)
         case .complete(let start, let end):
-            guard end - start <= shared.limits.maxHeaderBytes else {
-                return reject(RequestFraming.Violation(status: 431, reason: "headers_too_large",
-                                                       message: "the request line and headers exceed \(shared.limits.maxHeaderBytes) bytes"))
-            }
+            guard end - start <= shared.limits.maxHeaderBytes else { return rejectOversizedHead() }
             beginRequest(headStart: start, headEnd: end)
         }
+    }
+
+    /// 414 when the request line alone is over the limit (the target is what is too long), else 431.
+    private func rejectOversizedHead() {
+        let limit = shared.limits.maxHeaderBytes
+        if (inbound.firstIndex(of: 0x0A) ?? inbound.count) > limit {
+            return reject(RequestFraming.Violation(status: 414, reason: "uri_too_long", message: "the request line exceeds \(limit) bytes"))
+        }
+        reject(RequestFraming.Violation(status: 431, reason: "headers_too_large", message: "the request line and headers exceed \(limit) bytes"))
     }
 
     private func beginRequest(headStart: Int, headEnd: Int) {
