@@ -58,6 +58,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var keepAlive = false
     private(set) var clientGone = false
     private var writableWaiters: [() -> Void] = []
+    /// Response bytes gathered during one loop iteration and written together (head and body of a small
+    /// response in one system call), flushed at the end of the iteration or past 16 KiB.
+    private var outgoing: [UInt8] = []
+    private var flushScheduled = false
     private var finishedOutcome: ExchangeOutcome?
     /// How an exchange answered with an error page in place of a failed response ends in the log.
     private var outcomeOverride: ExchangeOutcome?
@@ -82,7 +86,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         phase = .closed
         (keepAlive, chunked) = (false, false)
         writeHead(status: response.status, headers: response.headers, contentLength: response.bodyBytes.count)
-        response.bodyBytes.withUnsafeBytes { socket.write($0) }
+        response.bodyBytes.withUnsafeBytes { emit($0) }
         responseEnded = true
         timer.start(milliseconds: shared.limits.sendTimeoutMs)
     }
@@ -131,8 +135,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             if case .handling(let exchange) = phase { clientLeft(exchange) } else { close() }
             return
         }
-        if socket.queuedBytes <= Self.lowWatermark { wakeWriters() }
-        if socket.queuedBytes == 0 {
+        if unsentBytes <= Self.lowWatermark { wakeWriters() }
+        if unsentBytes == 0 {
             if responseEnded { responseFlushed() } else if case .handling = phase, bodyEnd == nil { timer.stop() }
         } else {
             timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
@@ -355,7 +359,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     // MARK: - Writing
 
-    var canWrite: Bool { socket.queuedBytes < Self.highWatermark && !clientGone }
+    var canWrite: Bool { unsentBytes < Self.highWatermark && !clientGone }
 
     func whenWritable(_ wake: @escaping () -> Void) {
         if canWrite || clientGone { return wake() }
@@ -393,18 +397,42 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         if chunked { head += "Transfer-Encoding: chunked\r\n" }
         head += keepAlive ? "" : "Connection: close\r\n"
         head += "\r\n"
-        socket.write(Array(head.utf8))
+        var bytes = Array(head.utf8)
+        bytes.withUnsafeBytes { emit($0) }
+        bytes = []
     }
+
+    private func emit(_ bytes: UnsafeRawBufferPointer) {
+        outgoing.append(contentsOf: bytes)
+        if outgoing.count >= 16 * 1024 {
+            flushOutgoing()
+        } else if !flushScheduled {
+            flushScheduled = true
+            loop.executeOnLoop { [self] in flushOutgoing() }
+        }
+    }
+
+    private func emit(_ bytes: [UInt8]) { bytes.withUnsafeBytes { emit($0) } }
+
+    private func flushOutgoing() {
+        flushScheduled = false
+        guard !outgoing.isEmpty, !socket.isClosed else { return }
+        socket.write(outgoing)
+        outgoing.removeAll(keepingCapacity: true)
+    }
+
+    /// Bytes handed to the connection and not yet taken by the kernel.
+    private var unsentBytes: Int { socket.queuedBytes + outgoing.count }
 
     func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard case .handling(let exchange) = phase, responseStarted, !responseEnded, !clientGone, !headOnly else { return canWrite }
         guard bytes.count > 0 else { return canWrite }
         if chunked {
-            socket.write(Array((String(bytes.count, radix: 16) + "\r\n").utf8))
-            socket.write(bytes)
-            socket.write(Self.crlf)
+            emit(Array((String(bytes.count, radix: 16) + "\r\n").utf8))
+            emit(bytes)
+            emit(Self.crlf)
         } else {
-            socket.write(bytes)
+            emit(bytes)
         }
         exchange.bytesSent += bytes.count
         timer.start(milliseconds: shared.limits.sendTimeoutMs)
@@ -415,13 +443,13 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         guard case .handling(let exchange) = phase, responseStarted, !responseEnded else { return }
         responseEnded = true
         if clientGone { return }
-        if chunked && !headOnly { socket.write(Self.lastChunk) }
-        if socket.queuedBytes > 0 {
+        if chunked && !headOnly { emit(Self.lastChunk) }
+        if unsentBytes > 0 {
             timer.start(milliseconds: shared.limits.sendTimeoutMs)
         } else {
             // Everything was written already (no last chunk to send): no write callback will come to say so.
             loop.executeOnLoop { [self] in
-                if case .handling(let current) = phase, current === exchange, socket.queuedBytes == 0 { responseFlushed() }
+                if case .handling(let current) = phase, current === exchange, unsentBytes == 0 { responseFlushed() }
             }
         }
     }
@@ -530,7 +558,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             if bodyEnd != nil {
                 finishBody(.timeout)
                 keepAlive = false
-            } else if socket.queuedBytes > 0 {
+            } else if unsentBytes > 0 {
                 // The client stopped reading: the producer is told to stop, the connection goes.
                 let gone = exchange.onClientGone
                 exchange.onClientGone = nil
@@ -564,6 +592,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         }
         phase = .closed
         timer.close()
+        if !clientGone { flushOutgoing() }  // what was said before an abort still goes out, then the close
         socket.close()
         finishBody(.clientGone)
         wakeWriters()
