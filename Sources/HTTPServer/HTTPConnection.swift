@@ -603,9 +603,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
     private static func isFraming(_ name: String) -> Bool {
-        let lowered = name.lowercased()
-        return lowered == "content-length" || lowered == "transfer-encoding" || lowered == "connection"
-            || lowered == "keep-alive"
+        let field = HTTPField(name, "")
+        return field.hasName("Content-Length") || field.hasName("Transfer-Encoding") || field.hasName("Connection")
+            || field.hasName("Keep-Alive")
     }
 
     static func reasonPhrase(_ status: Int) -> String {

