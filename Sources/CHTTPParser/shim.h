@@ -6,9 +6,6 @@
 
 // Bitfields and macros of struct http_parser, read through functions.
 static inline unsigned int chp_errno(const http_parser *p) { return p->http_errno; }
-static inline unsigned int chp_flags(const http_parser *p) { return p->flags; }
 static inline unsigned int chp_method(const http_parser *p) { return p->method; }
-static inline unsigned int chp_uses_transfer_encoding(const http_parser *p) { return p->uses_transfer_encoding; }
 static inline int chp_is_chunked(const http_parser *p) { return (p->flags & F_CHUNKED) != 0; }
-static inline int chp_has_content_length(const http_parser *p) { return (p->flags & F_CONTENTLENGTH) != 0; }
 #endif

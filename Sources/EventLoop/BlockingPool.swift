@@ -29,9 +29,6 @@ public final class BlockingPool: @unchecked Sendable {
         }.value
     }
 
-    /// Work waiting for a thread.
-    public var backlog: Int { condition.withLock { queue.count - head } }
-
     private func submit(_ work: @escaping () -> Void) {
         condition.lock()
         queue.append(work)

@@ -57,12 +57,8 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
         return key
     }()
 
-    /// Runs `work` on the loop's thread (later, even when called from it).
-    public func execute(_ work: @escaping @Sendable () -> Void) {
-        submit(.closure(work))
-    }
-
-    /// Like `execute` for work that is not `Sendable` but only ever touched on this loop.
+    /// Runs `work` on the loop's thread (later, even when called from it); `work` may hold state that is only
+    /// ever touched on this loop.
     public func executeOnLoop(_ work: @escaping () -> Void) {
         nonisolated(unsafe) let work = work
         submit(.closure(work))

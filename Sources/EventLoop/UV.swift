@@ -439,8 +439,6 @@ public final class TCPConnection: LoopHandle {
         uv_read_stop(cuv_stream(handle))
     }
 
-    public var isReading: Bool { reading }
-
     /// Queues `bytes` (copied); `delegate.drained()` follows once everything queued so far is written.
     public func write(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, !writeFailed, bytes.count > 0 else { return }

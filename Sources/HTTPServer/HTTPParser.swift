@@ -50,7 +50,6 @@ final class RequestParser {
 
     var method: String { String(cString: http_method_str(http_method(rawValue: chp_method(parser)))) }
     var isChunked: Bool { chp_is_chunked(parser) != 0 }
-    var hasContentLength: Bool { chp_has_content_length(parser) != 0 }
     var shouldKeepAlive: Bool { http_should_keep_alive(parser) != 0 }
     var isUpgrade: Bool { parser.pointee.upgrade != 0 }
     var minorVersion: Int { Int(parser.pointee.http_minor) }

@@ -21,7 +21,7 @@ public final class HTTPServer: @unchecked Sendable {
         var listeners: [TCPListener] = []
         for (index, loop) in loops.enumerated() {
             let exclusive = index == 0
-            let bound = Unchecked<Result<TCPListener, LoopError>>(Self.onLoop(loop) { [shared] () -> Result<TCPListener, LoopError> in
+            let bound = Unchecked<Result<TCPListener, LoopError>>(loop.sync { [shared] () -> Result<TCPListener, LoopError> in
                 do throws(LoopError) {
                     return .success(try TCPListener(loop, host: listen.host, port: port, ipv6: listen.family == .ipv6, exclusive: exclusive) { socket in
                         shared.accept(socket, on: loop)
@@ -35,7 +35,7 @@ public final class HTTPServer: @unchecked Sendable {
                 listeners.append(listener)
                 port = listener.port  // the others join the port the first one was given
             case .failure(let error):
-                for (index, listener) in listeners.enumerated() { Self.onLoop(loops[index]) { listener.close() } }
+                for (index, listener) in listeners.enumerated() { loops[index].sync { listener.close() } }
                 throw .startFailed(listen.description, error.description)
             }
         }
@@ -55,7 +55,7 @@ public final class HTTPServer: @unchecked Sendable {
         shared.startDraining()
         for (index, loop) in loops.enumerated() {
             let listener = listeners[index]
-            Self.onLoop(loop) {
+            loop.sync {
                 listener.close()
                 self.shared.closeIdle(on: loop)
             }
@@ -65,12 +65,10 @@ public final class HTTPServer: @unchecked Sendable {
     /// Closes every connection the server still has (after the drain's deadline).
     public func closeAll() {
         for loop in loops {
-            Self.onLoop(loop) { self.shared.closeAll(on: loop) }
+            loop.sync { self.shared.closeAll(on: loop) }
         }
     }
 
-    @discardableResult
-    static func onLoop<T>(_ loop: EventLoop, _ body: @escaping () -> T) -> T { loop.sync(body) }
 }
 
 /// What every connection of one server shares: limits, the handler, counters and the body budget.
