@@ -133,8 +133,16 @@ public final class AttestStore: Sendable {
     }
 
     /// Redis answers PING within the pool's timeout (for /readyz).
-    public func ping() -> Bool {
-        (try? transport.sendBlocking(.command([Array("PING".utf8)]))) == .status("PONG")
+    public func ping() -> Bool { pingFailure() == nil }
+
+    /// Why Redis cannot be used, nil when it answers PING: unreachable, or a refused login or database.
+    public func pingFailure() -> StoreError? {
+        do throws(StoreError) {
+            let reply = try transport.sendBlocking(.command([Array("PING".utf8)]))
+            return reply == .status("PONG") ? nil : reply.storeError(context: "PING")
+        } catch {
+            return error
+        }
     }
 
     public func ping() async -> Bool {

@@ -74,6 +74,7 @@ final class RedisLoginTests: XCTestCase {
         defer { gateway.stop() }
         let warning = try XCTUnwrap(gateway.waitForEvent { $0["event"] as? String == "store_unreachable" })
         XCTAssertEqual(warning["redis"] as? String, "redis://:***@127.0.0.1:\(redis.port)/0")
+        XCTAssertTrue((warning["message"] as? String ?? "").contains("WRONGPASS"), "the start-up warning names the refused login")
         let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10000))
         let challenge = try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: "/attest/challenge", headers: [HTTPField("Host", "g")])))
         XCTAssertEqual(challenge.status, 503)

@@ -97,9 +97,10 @@ final class Server: @unchecked Sendable {
         let proxy = handler
         refresher = ReceiptRefresher(runtime: { proxy.runtime }, log: log, metrics: metrics)
         refresher.start()
-        if !handler.runtime.store.ping() {
-            log.event(.warn, "store_unreachable", ["redis": config.redis.redacted,
-                                                   "message": "Redis does not answer: assert routes will fail with 503 until it does"])
+        if let failure = handler.runtime.store.pingFailure() {
+            // The cause (refused connection, wrong password, unknown database) is what the operator needs.
+            log.event(.warn, "store_unreachable", ["redis": config.redis.redacted, "reason": failure.reasonCode,
+                                                   "message": "Redis cannot be used (\(failure.message)): assert routes will fail with 503 until it can"])
         }
         log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",
                                        "routes": config.routes.count, "config": loader.path])
