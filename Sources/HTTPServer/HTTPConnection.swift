@@ -557,6 +557,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     private func waitForRequest() {
         phase = .idle
+        // An idle connection keeps no buffer a large head or response left behind: 10,000 of them must stay small.
+        if inbound.isEmpty && inbound.capacity > 4096 { inbound = [] }
+        if outgoing.isEmpty && outgoing.capacity > 4096 { outgoing = [] }
+        (target, fields, fieldName, fieldValue) = ([], [], [], [])
         shared.isDraining ? close() : timer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
     }
 
