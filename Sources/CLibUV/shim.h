@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <malloc.h>
 
 // uv_*_t are C structs whose first member is uv_handle_t: Swift cannot cast between them, so these do.
 static inline uv_handle_t *cuv_handle(void *any) { return (uv_handle_t *)any; }

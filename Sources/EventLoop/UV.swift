@@ -81,6 +81,10 @@ protocol LoopHandle: AnyObject {
     func close()
 }
 
+/// Gives memory glibc keeps after frees back to the system (a burst of large requests would otherwise hold
+/// the process at its peak RSS).
+public func releaseFreedMemory() { _ = malloc_trim(0) }
+
 public struct LoopError: Error, CustomStringConvertible, Sendable {
     public let operation: String
     public let code: Int32

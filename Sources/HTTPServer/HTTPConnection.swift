@@ -206,13 +206,21 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
                                                    message: "Transfer-Encoding is not exactly \"chunked\""),
                           method: method, target: rawTarget)
         }
+        // The head is held until the exchange ends (and copied a few times on its way upstream): it counts
+        // against the same process-wide budget as buffered bodies, so big heads cannot pile up without bound.
+        let headBytes = headEnd - headStart
+        guard shared.bodyBudget.reserve(headBytes) else {
+            shared.handler.rejected(method: method, target: rawTarget, clientAddress: clientAddress, status: 503, reason: "server_busy")
+            socket.stopReading()
+            return refuse(BodyReadError.overloaded.response)
+        }
         let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: clientAddress,
                                httpVersion: version, framing: framing)
         keepAlive = parser.shouldKeepAlive
         if parser.isUpgrade { messageComplete = true }
         let exchange = HTTPExchange(head: head, loop: loop, connection: self)
         phase = .handling(exchange)
-        (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, 0, 0, false)
+        (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, headBytes, 0, false)
         (responseStarted, responseEnded, chunked, headOnly, clientGone, finishedOutcome, outcomeOverride) = (false, false, false, method == "HEAD", false, nil, nil)
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }

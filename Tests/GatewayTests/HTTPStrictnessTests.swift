@@ -77,6 +77,30 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(errorReason(response), "uri_too_long")
     }
 
+    func testBigHeadsInFlightCountAgainstTheMemoryBudget() throws {
+        let release = Gate()
+        let handler = TestHandler { _ in
+            _ = await release.wait()
+            return HTTPResponse(status: 200)
+        }
+        let server = try start(handler, limits: ServerLimits(workers: 1, maxHeaderBytes: 65_536, maxBufferedBodyBytes: 65_536))
+        let big = "GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 40_000))\r\n\r\n"
+        let first = try RawHTTPClient(port: server.port)
+        try first.send(big)
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 1 })
+        let second = try RawHTTPClient(port: server.port)
+        try second.send(big)
+        let refused = try second.readResponse()
+        XCTAssertEqual(refused.status, 503, "two 40 KB heads do not fit a 64 KiB budget")
+        XCTAssertEqual(errorReason(refused), "server_busy")
+        XCTAssertNotNil(refused.header("Retry-After"))
+        release.release()
+        XCTAssertEqual(try first.readResponse().status, 200)
+        let third = try RawHTTPClient(port: server.port)
+        try third.send(big)
+        XCTAssertEqual(try third.readResponse().status, 200, "the first head's bytes were given back")
+    }
+
     func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {
         let handler = TestHandler()
         let server = try start(handler, limits: ServerLimits(workers: 1, headerTimeoutMs: 400))

@@ -72,6 +72,8 @@ final class Server: @unchecked Sendable {
     private let loops: [EventLoop]
     private let blocking: BlockingPool
     private let proxyServer: HTTPServer
+    /// glibc keeps freed memory in its arenas; a burst of large requests would otherwise hold RSS at its peak.
+    private let trimTimer: Unchecked<LoopTimer>
     private let adminServer: HTTPServer
     private let admin: AdminHandler
     private let refresher: ReceiptRefresher
@@ -86,6 +88,12 @@ final class Server: @unchecked Sendable {
         Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
         loops = try (0..<config.server.workers).map { index throws(LoopError) in try EventLoop(name: "loop-\(index)") }
         loops.forEach { $0.start() }
+        let first = loops[0]
+        trimTimer = first.sync {
+            let timer = LoopTimer(first) { releaseFreedMemory() }
+            timer.start(milliseconds: 30_000, repeatMs: 30_000)
+            return Unchecked(timer)
+        }
         // Only key registration still blocks (attestation checks and its Redis writes): a few threads do.
         blocking = BlockingPool(threads: 4, name: "blocking")
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
