@@ -179,6 +179,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
                                                    message: "malformed request: \(detail)"))
         }
         inbound.removeFirst(headEnd)
+        if inbound.isEmpty && inbound.capacity > 4096 { inbound = [] }  // a big head's buffer is not kept meanwhile
         scanned = 0
         let method = parser.method
         let version = parser.minorVersion == 0 ? "HTTP/1.0" : "HTTP/1.1"  // HeadScan admitted no other
