@@ -39,13 +39,16 @@ public final class LoopMulti: @unchecked Sendable {
     }
 
     private static let perLoop = Locked<[ObjectIdentifier: LoopMulti]>([:])
+    /// Kept-alive upstream connections each loop's handle holds for reuse (all upstreams together); set
+    /// before the loops' first exchange.
+    public static let idleConnectionsPerLoop = Locked(256)
 
     /// The multi handle of the loop running this code, made on first use; nil off the loops.
     public static func current() throws(UpstreamError) -> LoopMulti? {
         guard let loop = EventLoop.current else { return nil }
         return try perLoop.withLock { (table) throws(UpstreamError) -> LoopMulti in
             if let existing = table[ObjectIdentifier(loop)] { return existing }
-            let made = try LoopMulti(loop: loop)
+            let made = try LoopMulti(loop: loop, maxConnections: max(1, idleConnectionsPerLoop.withLock { $0 }))
             table[ObjectIdentifier(loop)] = made
             return made
         }

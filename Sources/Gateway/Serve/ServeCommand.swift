@@ -5,6 +5,7 @@ import Dispatch
 import EventLoop
 import Foundation
 import HTTPServer
+import Upstream
 
 /// `gateway serve --config FILE`: the proxy on `listen`, the admin endpoints on `admin_listen`.
 /// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
@@ -88,6 +89,10 @@ final class Server: @unchecked Sendable {
         Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
         loops = try (0..<config.server.workers).map { index throws(LoopError) in try EventLoop(name: "loop-\(index)") }
         loops.forEach { $0.start() }
+        // upstreams.*.max_idle_connections, shared out between the loops (each loop's curl keeps its own).
+        let idle = config.upstreams.reduce(0) { $0 + $1.maxIdleConnections }
+        let perLoop = max(1, (idle + config.server.workers - 1) / config.server.workers)
+        LoopMulti.idleConnectionsPerLoop.withLock { $0 = perLoop }
         let first = loops[0]
         trimTimer = first.sync {
             let timer = LoopTimer(first) { releaseFreedMemory() }
