@@ -56,6 +56,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var chunked = false
     private var headOnly = false
     private var keepAlive = false
+    /// The request being answered is HTTP/1.0.
+    private var http10 = false
     private(set) var clientGone = false
     private var writableWaiters: [() -> Void] = []
     /// Response bytes gathered during one loop iteration and written together (head and body of a small
@@ -218,6 +220,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: clientAddress,
                                httpVersion: version, framing: framing)
         keepAlive = parser.shouldKeepAlive
+        http10 = version == "HTTP/1.0"
         if parser.isUpgrade { messageComplete = true }
         let exchange = HTTPExchange(head: head, loop: loop, connection: self)
         phase = .handling(exchange)
@@ -414,7 +417,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             head += Self.crlf
         }
         if chunked { head += Self.chunkedLine }
-        if !keepAlive { head += Self.closeLine }
+        if !keepAlive { head += Self.closeLine } else if http10 { head += Self.keepAliveLine }
         head += Self.crlf
         emit(head)
     }
@@ -423,6 +426,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private static let contentLengthPrefix = Array("Content-Length: ".utf8)
     private static let chunkedLine = Array("Transfer-Encoding: chunked\r\n".utf8)
     private static let closeLine = Array("Connection: close\r\n".utf8)
+    /// HTTP/1.0 closes unless told otherwise.
+    private static let keepAliveLine = Array("Connection: keep-alive\r\n".utf8)
 
     private static func statusLine(_ status: Int) -> [UInt8] {
         if status == 200 { return ok }

@@ -9,6 +9,7 @@ final class EventLoopEndToEndTests: XCTestCase {
           - { path: "/v1/ai/stream", upstream: api, policy: pass, timeout_ms: 0, idle_timeout_ms: 1000 }
           - { path: "/bytes", upstream: api, policy: pass, timeout_ms: 0 }
           - { path: "/slow", upstream: api, policy: pass }
+          - { path_prefix: "/status/", upstream: api, policy: pass }
           - { path_prefix: "/secure/", upstream: echo, policy: assert }
           - { path_prefix: "/upload/", upstream: echo, policy: pass, max_body_bytes: 4000000 }
           - { path_prefix: "/", upstream: echo, policy: pass }
@@ -109,6 +110,43 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(line?["reason"] as? String, "body_too_large")
         XCTAssertNil(env.gateway.events.first { $0["path"] as? String == "/upload/big" && $0["upstream_status"] != nil },
                      "the upstream never answered a truncated body as whole")
+    }
+
+    func testHeadNoContentAndContinueKeepTheConnectionUsable() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port)
+        // HEAD: the upstream's length is announced, no body follows, the connection stays usable.
+        try client.send("HEAD /bytes?n=1234 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let head = try client.readResponse(method: "HEAD")
+        XCTAssertEqual(head.status, 200)
+        XCTAssertEqual(head.header("Content-Length"), "1234")
+        // 204: no body, no framing headers.
+        try client.send("GET /status/204 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let empty = try client.readResponse()
+        XCTAssertEqual(empty.status, 204)
+        XCTAssertNil(empty.header("Transfer-Encoding"))
+        // Expect: 100-continue on a relayed body: the interim answer, then the upstream's.
+        try client.send("POST /upload/x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        XCTAssertEqual(try client.readHead().status, 100)
+        try client.send("hello")
+        let echoed = try client.readResponse()
+        XCTAssertEqual(echoed.status, 200)
+        let seen = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(echoed.body)) as? [String: Any])
+        XCTAssertEqual(Data(base64Encoded: seen["body_base64"] as? String ?? ""), Data("hello".utf8))
+        // And still the same connection.
+        try client.send("GET /bytes?n=3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().body, [0, 1, 2])
+    }
+
+    func testAnHTTP10ClientGetsAStreamDelimitedByTheConnectionsEnd() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try client.send("GET /v1/ai/stream?events=3&interval_ms=50 HTTP/1.0\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 200)
+        XCTAssertNil(response.header("Transfer-Encoding"), "HTTP/1.0 has no chunked coding: the close ends the body")
+        XCTAssertEqual(response.text.components(separatedBy: "data: ").count - 1, 4)
+        XCTAssertTrue(client.peerClosed())
     }
 
     func testSigtermUnderKeepAliveLoadFinishesInFlightClosesIdleAndLogsWhatWasSent() throws {

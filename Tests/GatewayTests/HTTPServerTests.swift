@@ -78,6 +78,22 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(handler.requests.map(\.path), ["/one", "/two"])
     }
 
+    func testConnectionCloseAndHTTP10KeepAliveAreHonoured() throws {
+        let server = try start(TestHandler())
+        let closing = try RawHTTPClient(port: server.port)
+        try closing.send("GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        XCTAssertEqual(try closing.readResponse().header("Connection"), "close")
+        XCTAssertTrue(closing.peerClosed())
+        let old = try RawHTTPClient(port: server.port)
+        try old.send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        XCTAssertEqual(try old.readResponse().header("Connection"), "keep-alive", "HTTP/1.0 closes unless told otherwise")
+        try old.send("GET /b HTTP/1.0\r\n\r\n")
+        let last = try old.readResponse()
+        XCTAssertEqual(last.status, 200, "an HTTP/1.0 client that asked for keep-alive gets its second answer")
+        XCTAssertEqual(last.header("Connection"), "close")
+        XCTAssertTrue(old.peerClosed(), "without keep-alive, HTTP/1.0 ends with the response")
+    }
+
     func testPipelinedRequestsAreAnsweredInOrder() throws {
         let handler = TestHandler { request in HTTPResponse(status: 200, body: .bytes(Array(request.path.utf8))) }
         let server = try start(handler)
