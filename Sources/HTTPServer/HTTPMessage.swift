@@ -152,7 +152,7 @@ public struct ServerLimits: Sendable, Equatable {
     /// Request-body bytes held in memory by all connections together (503 with Retry-After beyond it).
     public var maxBufferedBodyBytes: Int
 
-    public init(workers: Int = ServerLimits.defaultWorkers, connectionLimit: Int = 10_000, perIPConnectionLimit: Int = 0,
+    public init(workers: Int = ServerLimits.defaultWorkers, connectionLimit: Int = 16_384, perIPConnectionLimit: Int = 0,
                 headerTimeoutMs: Int = 10_000, bodyTimeoutMs: Int = 30_000, keepaliveTimeoutMs: Int = 30_000,
                 sendTimeoutMs: Int = 30_000, maxHeaderBytes: Int = 32_768, maxBodyBytes: Int = 1_048_576,
                 maxBufferedBodyBytes: Int = 64 * 1_048_576) {

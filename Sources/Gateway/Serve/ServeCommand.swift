@@ -86,7 +86,13 @@ final class Server: @unchecked Sendable {
         self.loader = loader
         self.log = log
         Server.announce(config, log: log)
-        Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
+        let files = Server.raiseFileLimit(to: config.server.connectionLimit + 1024)
+        if files < config.server.connectionLimit + 1024 {
+            log.event(.warn, "file_limit_below_connection_limit", [
+                "file_limit": files, "connection_limit": config.server.connectionLimit,
+                "message": "the open-file limit cannot hold server.connection_limit connections plus upstream and Redis sockets: raise LimitNOFILE / ulimit -n",
+            ])
+        }
         loops = try (0..<config.server.workers).map { index throws(LoopError) in try EventLoop(name: "loop-\(index)") }
         loops.forEach { $0.start() }
         // upstreams.*.max_idle_connections, shared out between the loops (each loop's curl keeps its own).
@@ -191,11 +197,15 @@ final class Server: @unchecked Sendable {
 
     /// Each connection is a descriptor: the soft limit is raised towards the hard one so that
     /// `connection_limit` is reachable.
-    static func raiseFileLimit(to wanted: Int) {
+    /// Answers the soft limit in force afterwards.
+    static func raiseFileLimit(to wanted: Int) -> Int {
         var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(wanted) else { return }
-        limit.rlim_cur = min(limit.rlim_max, rlim_t(wanted))
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 0 }
+        if limit.rlim_cur < rlim_t(wanted) {
+            limit.rlim_cur = min(limit.rlim_max, rlim_t(wanted))
+            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        return Int(clamping: limit.rlim_cur)
     }
 }
 
