@@ -136,7 +136,7 @@ nginx_instance front "
 "$gateway" bench ca --out "$work/ca" >/dev/null
 # gateway_config LISTEN ADMIN REDIS CA [UPSTREAM…] [-- ROUTE…] [-- TOP-LEVEL…]: the bench config, the same for the
 # old gateway (49b53de) and this one; this one adds the SSE upstream and route and room for the idle
-# connections above the default connection_limit (10,000).
+# connections above BENCH_IDLE (whatever the default connection_limit is).
 gateway_config() {
     local listen=$1 admin=$2 redis=$3 ca=$4 part=0 line
     shift 4
