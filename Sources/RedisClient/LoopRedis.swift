@@ -46,21 +46,33 @@ public final class LoopRedisClient: @unchecked Sendable {
 
     /// One command's reply.
     public func command(_ arguments: [[UInt8]]) async throws(RedisClientError) -> RedisReply {
-        let connection = pick()
+        guard let connection = pick() else {
+            throw .unavailable("Redis at \(login.host):\(login.port) failed a moment ago (\(lastFailure)); not retried yet")
+        }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<RedisReply, RedisClientError>>, Never>) in
             connection.send(arguments) { continuation.resume(returning: Unchecked($0)) }
         }
         return try result.value.get()
     }
 
-    /// Round robin over live connections; a missing or broken slot gets a new connection.
-    private func pick() -> LoopRedisConnection {
+    /// Round robin over live connections; a missing or broken slot gets a new connection — but not within
+    /// `reconnectPauseMs` of a failed one, so an outage does not turn every request into a connect attempt.
+    private func pick() -> LoopRedisConnection? {
         next = (next + 1) % connections.count
-        if let connection = connections[next], !connection.isClosed { return connection }
+        if let connection = connections[next] {
+            if !connection.isClosed { return connection }
+            if let failed = connection.failedAtMs, loop.nowMs < failed + Self.reconnectPauseMs {
+                lastFailure = connection.failure ?? "closed"
+                return nil
+            }
+        }
         let created = LoopRedisConnection(loop: loop, login: login, timeoutMs: timeoutMs)
         connections[next] = created
         return created
     }
+
+    public static let reconnectPauseMs: UInt64 = 200
+    private var lastFailure = ""
 }
 
 /// One pipelined connection: commands queue while it connects and logs in, then go out at once; replies
@@ -71,7 +83,12 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     private let timeoutMs: Int
     private var socket: TCPConnection?
     private var ready = false
+    /// Redis answered at least once on this connection (it was reachable and the login went through).
+    private var answered = false
     private(set) var isClosed = false
+    /// When and why the connection failed (nil: still open, or closed on purpose).
+    private(set) var failedAtMs: UInt64?
+    private(set) var failure: String?
     /// Written before the login completes.
     private var queued: [UInt8] = []
     private var waiting: [(deadline: UInt64, reply: (Result<RedisReply, RedisClientError>) -> Void)] = []
@@ -133,6 +150,7 @@ final class LoopRedisConnection: TCPConnectionDelegate {
         do throws(RESP.ProtocolError) {
             while head < waiting.count, let (reply, end) = try RESP.parse(inbound, from: parsed) {
                 parsed = end
+                answered = true
                 let callback = waiting[head].reply
                 head += 1
                 callback(.success(reply))
@@ -172,6 +190,13 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     func close(_ reason: RedisClientError) {
         guard !isClosed else { return }
         isClosed = true
+        // A server that could not be reached (or logged into) or that stopped answering is given a pause;
+        // an established connection the server closed (restart, idle timeout) is simply replaced.
+        switch reason {
+        case .timeout(let detail): (failedAtMs, failure) = (loop.nowMs, detail)
+        case .unavailable(let detail) where !answered: (failedAtMs, failure) = (loop.nowMs, detail)
+        case .unavailable: break
+        }
         socket?.close()
         socket = nil
         timer?.close()

@@ -99,6 +99,10 @@ final class LoopRedisClientTests: XCTestCase {
         server.resume()
         guard case .timeout? = failed else { return XCTFail("expected a timeout, got \(String(describing: failed))") }
         XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+        guard case .unavailable? = try onLoop({ await Self.failure(redis, "PING") }) else {
+            return XCTFail("right after a timeout the client pauses instead of reconnecting at once")
+        }
+        usleep(useconds_t(LoopRedisClient.reconnectPauseMs * 1000 + 50_000))
         XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"), "a new connection")
     }
 
