@@ -123,19 +123,14 @@ final class AppleTransport: Sendable {
         var attempt = 1
         while true {
             let started = Date()
-            var status: Int?
-            do throws(AppleServiceError) {
-                let (code, reply) = try exchange(endpoint, body: body, contentType: contentType, authorization: authorization)
-                status = code
-                let value = try classify(code, reply, decode: decode)
-                report(endpoint, attempt, status, started, outcome: "ok", willRetry: false)
-                return value
-            } catch {
-                let retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
-                report(endpoint, attempt, status, started, outcome: error.reasonCode, willRetry: retry)
-                guard retry else { throw error }
+            let answer = Result { () throws(AppleServiceError) in
+                try exchange(endpoint, body: body, contentType: contentType, authorization: authorization)
             }
-            Thread.sleep(forTimeInterval: options.retry.delay(afterAttempt: attempt, random: Double.random(in: 0...1)))
+            switch settle(endpoint, attempt, started, answer, decode: decode) {
+            case .done(let value): return value
+            case .failed(let error): throw error
+            case .retry(let delay): Thread.sleep(forTimeInterval: delay)
+            }
             attempt += 1
         }
     }
@@ -146,27 +141,48 @@ final class AppleTransport: Sendable {
         var attempt = 1
         while true {
             let started = Date()
-            var status: Int?
+            let answer: Result<(Int, [UInt8]), AppleServiceError>
             do throws(AppleServiceError) {
                 let request = try message(endpoint, body: body, contentType: contentType, authorization: authorization)
-                let (code, reply): (Int, [UInt8])
                 do throws(UpstreamError) {
-                    (code, reply) = try await client.fetch(request, limit: Self.maxResponseBytes)
+                    let fetched = try await client.fetch(request, limit: Self.maxResponseBytes)
+                    answer = .success((fetched.status, fetched.body))
                 } catch {
                     throw Self.serviceError(error)
                 }
-                status = code
-                let value = try classify(code, reply, decode: decode)
-                report(endpoint, attempt, status, started, outcome: "ok", willRetry: false)
-                return value
             } catch {
-                let retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
-                report(endpoint, attempt, status, started, outcome: error.reasonCode, willRetry: retry)
-                guard retry else { throw error }
+                answer = .failure(error)
             }
-            let delay = options.retry.delay(afterAttempt: attempt, random: Double.random(in: 0...1))
-            try? await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1e9))
+            switch settle(endpoint, attempt, started, answer, decode: decode) {
+            case .done(let value): return value
+            case .failed(let error): throw error
+            case .retry(let delay): try? await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1e9))
+            }
             attempt += 1
+        }
+    }
+
+    private enum Settled<Value> {
+        case done(Value)
+        case failed(AppleServiceError)
+        /// Another attempt after this many seconds.
+        case retry(TimeInterval)
+    }
+
+    /// One attempt's answer judged and reported: the value, the error, or another attempt.
+    private func settle<Value>(_ endpoint: AppleEndpoint, _ attempt: Int, _ started: Date, _ answer: Result<(Int, [UInt8]), AppleServiceError>,
+                               decode: (Int, [UInt8]) throws(AppleServiceError) -> Value) -> Settled<Value> {
+        var status: Int?
+        do throws(AppleServiceError) {
+            let (code, reply) = try answer.get()
+            status = code
+            let value = try classify(code, reply, decode: decode)
+            report(endpoint, attempt, status, started, outcome: "ok", willRetry: false)
+            return .done(value)
+        } catch {
+            let retry = attempt < options.retry.maxAttempts && Self.isRetryable(error)
+            report(endpoint, attempt, status, started, outcome: error.reasonCode, willRetry: retry)
+            return retry ? .retry(options.retry.delay(afterAttempt: attempt, random: Double.random(in: 0...1))) : .failed(error)
         }
     }
 

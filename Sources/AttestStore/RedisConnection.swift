@@ -18,21 +18,28 @@ public final class RedisConnection {
 
     /// Connects within `timeoutMs`, bounds every later command by `timeoutMs`, then AUTH and SELECT.
     public init(endpoint: RedisEndpoint, timeoutMs: Int) throws(StoreError) {
-        _ = Self.brokenPipeIgnored
-        let timeout = Self.timeval(milliseconds: timeoutMs)
+        context = try Self.connect(endpoint, timeoutMs: timeoutMs)
+        self.endpoint = endpoint
+        try logIn()
+    }
+
+    /// A hiredis context connected within `timeoutMs`, every later command bounded by it too (shared with
+    /// `RedisSubscription`). Frees the context itself when it fails.
+    static func connect(_ endpoint: RedisEndpoint, timeoutMs: Int) throws(StoreError) -> UnsafeMutablePointer<redisContext> {
+        _ = brokenPipeIgnored
+        let timeout = timeval(milliseconds: timeoutMs)
         let made: UnsafeMutablePointer<redisContext>?
         switch endpoint.address {
         case .tcp(let host, let port): made = redisConnectWithTimeout(host, Int32(port), timeout)
         case .unix(let path): made = redisConnectUnixWithTimeout(path, timeout)
         }
         guard let made else { throw .unavailable("cannot allocate a hiredis context") }
-        context = made
-        self.endpoint = endpoint
-        guard !isBroken else { throw .unavailable("cannot connect to \(endpoint.redacted): \(errorText)") }
-        guard redisSetTimeout(context, timeout) == REDIS_OK else {
-            throw .unavailable("cannot set the command timeout on \(endpoint.redacted): \(errorText)")
+        guard made.pointee.err == 0, redisSetTimeout(made, timeout) == REDIS_OK else {
+            let detail = errorText(of: made)
+            redisFree(made)
+            throw .unavailable("cannot connect to \(endpoint.redacted): \(detail)")
         }
-        try logIn()
+        return made
     }
 
     deinit { redisFree(context) }
@@ -93,7 +100,9 @@ public final class RedisConnection {
         }
     }
 
-    private var errorText: String {
+    private var errorText: String { Self.errorText(of: context) }
+
+    static func errorText(of context: UnsafeMutablePointer<redisContext>) -> String {
         withUnsafeBytes(of: context.pointee.errstr) { bytes in
             String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
         }

@@ -24,24 +24,11 @@ public final class RedisSubscription {
     private let endpoint: RedisEndpoint
     private let timeoutMs: Int
 
-    private static let brokenPipeIgnored: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
-
     /// Connects within `timeoutMs`, logs in, subscribes and waits (at most `timeoutMs`) for the confirmation.
     public init(endpoint: RedisEndpoint, timeoutMs: Int, channel: [UInt8]) throws(StoreError) {
-        _ = Self.brokenPipeIgnored
-        let timeout = timeval(tv_sec: timeoutMs / 1000, tv_usec: (timeoutMs % 1000) * 1000)
-        let made: UnsafeMutablePointer<redisContext>?
-        switch endpoint.address {
-        case .tcp(let host, let port): made = redisConnectWithTimeout(host, Int32(port), timeout)
-        case .unix(let path): made = redisConnectUnixWithTimeout(path, timeout)
-        }
-        guard let made else { throw .unavailable("cannot allocate a hiredis context") }
-        context = made
+        context = try RedisConnection.connect(endpoint, timeoutMs: timeoutMs)
         self.endpoint = endpoint
         self.timeoutMs = timeoutMs
-        guard context.pointee.err == 0, redisSetTimeout(context, timeout) == REDIS_OK else {
-            throw .unavailable("cannot connect to \(endpoint.redacted) to subscribe: \(errorText)")
-        }
         if let password = endpoint.password {
             try send([endpoint.username, password].compactMap { $0 }.reduce(into: [Array("AUTH".utf8)]) { $0.append(Array($1.utf8)) })
             guard try reply(waitingMs: timeoutMs) == .status("OK") else { throw .unavailable("AUTH on \(endpoint.redacted) failed") }
@@ -110,9 +97,7 @@ public final class RedisSubscription {
         return Self.convert(raw.assumingMemoryBound(to: redisReply.self).pointee)
     }
 
-    private var errorText: String {
-        withUnsafeBytes(of: context.pointee.errstr) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    }
+    private var errorText: String { RedisConnection.errorText(of: context) }
 
     private static func convert(_ reply: redisReply) -> RedisReply {
         func bytes() -> [UInt8] { reply.str.map { Array(UnsafeRawBufferPointer(start: $0, count: reply.len)) } ?? [] }

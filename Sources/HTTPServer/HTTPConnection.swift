@@ -385,8 +385,26 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         if case .handling(let exchange) = phase, !clientGone { exchange.onWritable?() }
     }
 
-    func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) {
-        guard case .handling(let exchange) = phase, !responseStarted else { return }
+    /// False when the head cannot be sent as given (a status outside 200–599, a header that could split the
+    /// response): a JSON 500 goes out in its place, and whatever body follows is dropped.
+    func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool {
+        guard case .handling = phase, !responseStarted else { return false }
+        let safeHeaders = headers.allSatisfy(\.isSafeToSend)
+        guard safeHeaders, (200...599).contains(status) else {
+            let reason = safeHeaders ? "invalid_response_status" : "invalid_response_header"
+            let error = HTTPResponse.error(status: 500, reason: reason, message: "the gateway produced an invalid response")
+            keepAlive = false
+            begin(status: 500, headers: error.headers, contentLength: error.bodyBytes.count)
+            error.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+            return false
+        }
+        begin(status: status, headers: headers, contentLength: contentLength)
+        return true
+    }
+
+    private func begin(status: Int, headers: [HTTPField], contentLength: Int?) {
+        guard case .handling(let exchange) = phase else { return }
         responseStarted = true
         exchange.status = status
         // A body the handler left unread cannot be skipped safely: the connection ends with this response.
@@ -405,7 +423,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         var head: [UInt8] = []
         head.reserveCapacity(256 + headers.count * 48)
         head += Self.statusLine(status)
-        for field in headers where field.isSafeToSend && !Self.isFraming(field.name) {
+        for field in headers where !Self.isFraming(field.name) {
             head += field.name.utf8
             head += Self.colonSpace
             head += field.value.utf8
@@ -494,7 +512,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             // Nothing sent yet: a clean error is still possible.
             outcomeOverride = outcome
             let response = HTTPResponse.error(status: 502, reason: "upstream_aborted", message: "the upstream response failed")
-            startResponse(status: response.status, headers: response.headers, contentLength: response.bodyBytes.count)
+            begin(status: response.status, headers: response.headers, contentLength: response.bodyBytes.count)
             response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
             endResponse()
             return
@@ -521,7 +539,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             close()
         } else if !responseStarted {
             let response = HTTPResponse.error(status: 500, reason: "no_response", message: "the gateway produced no response")
-            startResponse(status: 500, headers: response.headers, contentLength: response.bodyBytes.count)
+            begin(status: 500, headers: response.headers, contentLength: response.bodyBytes.count)
             response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
             endResponse()
         } else if !responseEnded {

@@ -118,19 +118,14 @@ public final class HTTPExchange: @unchecked Sendable {
 
     /// Sends a whole response; a streamed body is relayed piece by piece as the client takes it.
     public func send(_ response: HTTPResponse) async {
-        guard response.headers.allSatisfy(\.isSafeToSend), (200...599).contains(response.status) else {
-            if case .stream(let stream) = response.body { stream.close() }
-            let invalid = response.headers.allSatisfy(\.isSafeToSend) ? "invalid_response_status" : "invalid_response_header"
-            return await send(.error(status: 500, reason: invalid, message: "the gateway produced an invalid response"))
-        }
         switch response.body {
         case .bytes(let bytes):
-            startResponse(status: response.status, headers: response.headers, contentLength: bytes.count)
+            guard startResponse(status: response.status, headers: response.headers, contentLength: bytes.count) else { return }
             if !bytes.isEmpty { bytes.withUnsafeBytes { _ = writeBody($0) } }
             endResponse()
         case .stream(let stream):
-            startResponse(status: response.status, headers: response.headers, contentLength: nil)
             defer { stream.close() }
+            guard startResponse(status: response.status, headers: response.headers, contentLength: nil) else { return }
             do {
                 while let chunk = try await stream.nextChunk() {
                     if !chunk.isEmpty, !chunk.withUnsafeBytes({ writeBody($0) }) {
@@ -156,8 +151,10 @@ public final class HTTPExchange: @unchecked Sendable {
     }
 
     /// Writes the status line and headers. `contentLength` nil streams the body (chunked for HTTP/1.1).
-    /// For HEAD, `contentLength` is announced and no body follows.
-    public func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) {
+    /// For HEAD, `contentLength` is announced and no body follows. False when the head could not be sent as
+    /// given (a status outside 200–599, a header that could split the response): the client got a JSON 500
+    /// `invalid_response_status` / `invalid_response_header` instead, and nothing more is to be written.
+    public func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool {
         connection.startResponse(status: status, headers: headers, contentLength: contentLength)
     }
 

@@ -10,6 +10,7 @@ final class EventLoopEndToEndTests: XCTestCase {
           - { path: "/bytes", upstream: api, policy: pass, timeout_ms: 0 }
           - { path: "/slow", upstream: api, policy: pass }
           - { path_prefix: "/status/", upstream: api, policy: pass }
+          - { path: "/response-headers", upstream: api, policy: pass }
           - { path_prefix: "/secure/", upstream: echo, policy: assert }
           - { path_prefix: "/upload/", upstream: echo, policy: pass, max_body_bytes: 4000000 }
           - { path_prefix: "/", upstream: echo, policy: pass }
@@ -138,6 +139,20 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(try client.readResponse().body, [0, 1, 2])
     }
 
+    func testAnUpstreamHeaderThatCannotBeRelayedSafelyBecomesAJSON500() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port)
+        try client.send("GET /response-headers?X%28bad%29=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 500)
+        XCTAssertEqual(errorReason(response), "invalid_response_header")
+        XCTAssertNil(response.headers.first { $0.name.contains("(") }, "the header is never relayed")
+        XCTAssertEqual(response.header("Connection"), "close")
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/response-headers" }
+        XCTAssertEqual(line?["status"] as? Int, 500)
+        XCTAssertEqual(line?["reason"] as? String, "invalid_response_header")
+    }
+
     func testAnHTTP10ClientGetsAStreamDelimitedByTheConnectionsEnd() throws {
         let env = try start()
         let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
@@ -171,6 +186,10 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(slow.count, 3, "one line per response the clients received")
         XCTAssertEqual(Set(slow.compactMap { $0["outcome"] as? String }), ["completed"])
         XCTAssertEqual(env.gateway.events.last { $0["event"] as? String == "stopped" }?["abandoned_requests"] as? Int, 0)
+    }
+
+    private func errorReason(_ response: RawHTTPClient.Response) -> String? {
+        (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String])?["error"]
     }
 
     private func residentKiB(_ env: GatewayEnvironment) throws -> Int {

@@ -46,7 +46,12 @@ struct Forwarder {
             + [HTTPField("X-Request-Id", record.requestId)]
         // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
         let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
-        exchange.startResponse(status: stream.status, headers: headers, contentLength: length)
+        guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
+            // The upstream's head cannot be relayed as it is (the client got a JSON 500): nor its body.
+            stream.cancel()
+            record.reason = "invalid_response_header"
+            return 500
+        }
         await relay(stream, to: exchange, record: record)
         record.upstreamMs = RequestRecord.milliseconds(since: start)
         return stream.status
