@@ -81,7 +81,7 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     private let loop: EventLoop
     private let login: RedisLogin
     private let timeoutMs: Int
-    private var socket: TCPConnection?
+    private var socket: (any RedisStream)?
     private var ready = false
     /// Redis answered at least once on this connection (it was reachable and the login went through).
     private var answered = false
