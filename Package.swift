@@ -22,7 +22,6 @@ let package = Package(
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
         systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
         systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
-        systemLibrary("CHiredis", pkgConfig: "hiredis", apt: "libhiredis-dev"),
         systemLibrary("CLibUV", pkgConfig: "libuv", apt: "libuv1-dev"),
         .systemLibrary(name: "CHTTPParser", providers: [.apt(["libhttp-parser-dev"])]),
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
@@ -35,10 +34,11 @@ let package = Package(
         .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
         // Event-loop threads (libuv) that are Swift task executors, and a bounded pool for blocking work.
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
-        // Redis from the event loops: RESP over the loop's own sockets, pipelined, every command bounded in time.
+        // Redis from the event loops: RESP over the loop's own sockets (TCP or TLS), pipelined, every command bounded
+        // in time; one server, a Cluster (slot map, MOVED/ASK) or a Sentinel-managed primary.
         .target(name: "RedisClient", dependencies: ["EventLoop"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
-        .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient", "CHiredis"]),
+        .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient"]),
         // libcurl transport to the protected API.
         .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
         // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
@@ -51,7 +51,8 @@ let package = Package(
         ]),
         // The command line: serve and the operator commands from Gateway; demo and bench preparation (simulated
         // devices) live here only, so the server library never links the simulator.
-        .executableTarget(name: "GatewayCLI", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "Upstream"]),
+        .executableTarget(name: "GatewayCLI", dependencies: ["Gateway", "AssertionCheck", "DeviceSimulator", "EventLoop", "HTTPServer", "RedisClient",
+                                                            "Upstream"]),
         // The iOS client: Foundation only (no server module, no OpenSSL), so it builds for iOS and is tested here.
         .target(name: "AppAttestClient"),
         // The client's AppAttestService played by DeviceSimulator (tests and demo only, never an app).

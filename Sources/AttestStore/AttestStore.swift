@@ -17,14 +17,14 @@ public final class AttestStore: Sendable {
     public static let maxCounterWindow = 4096
     /// The longest gateway-token lifetime (`app_attest.token.ttl_seconds`): revocations are kept this long.
     public static let maxTokenTTLSeconds = 86_400
-    public let pool: RedisPool
+    public let redis: Redis
     let transport: StoreTransport
     let keys: StoreKeys
     let scripts = StoreScripts()
 
-    public init(pool: RedisPool, keyPrefix: String = "aag") throws(StoreError) {
-        self.pool = pool
-        transport = StoreTransport(pool: pool)
+    public init(redis: Redis, keyPrefix: String = "aag") throws(StoreError) {
+        self.redis = redis
+        transport = StoreTransport(redis: redis)
         self.keys = try StoreKeys(prefix: keyPrefix)
     }
 
@@ -37,19 +37,15 @@ public final class AttestStore: Sendable {
         let recordKeys = [keys.record(keyId: record.keyId, environment: record.environment),
                           keys.window(keyId: record.keyId, environment: record.environment)]
             + others.map { keys.record(keyId: record.keyId, environment: $0) }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.register.run(on: connection, keys: recordKeys, arguments: record.fields)
-        }
+        let reply = try transport.sendBlocking(.script(scripts.register, keys: recordKeys, arguments: record.fields))
         return try Self.integer(reply, from: scripts.register) == 1 ? .created : .alreadyRegistered
     }
 
     /// The key's record; with `environment` nil, whichever environment holds it (one round trip).
     public func loadKey(keyId: [UInt8], environment: AppAttestEnvironment? = nil) throws(StoreError) -> KeyRecord? {
         guard StoreKeys.isPlausible(keyId: keyId) else { return nil }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.loadKey.run(on: connection, keys: keys.records(keyId: keyId, environment: environment),
-                                    arguments: [])
-        }
+        let reply = try transport.sendBlocking(.script(scripts.loadKey, keys: keys.records(keyId: keyId, environment: environment),
+                                                       arguments: []))
         switch reply {
         case .null: return nil
         case .array(let fields): return try KeyRecord(keyId: keyId, hashFields: fields)
@@ -114,7 +110,7 @@ public final class AttestStore: Sendable {
         if let challenge { try challenge.validate() }
         let commitKeys = [keys.record(keyId: keyId, environment: environment),
                           keys.window(keyId: keyId, environment: environment), keys.rate(keyId: keyId, route: route)]
-            + (challenge.map { [keys.spentChallenge($0.id, keyId: $0.boundToKey ? keyId : nil)] } ?? [])
+            + (challenge.map { [keys.spentChallenge($0.id, keyId: keyId)] } ?? [])
         let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
                          String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000),
                          String(challenge?.ttlMs ?? 0)].map { Array($0.utf8) }
@@ -125,20 +121,18 @@ public final class AttestStore: Sendable {
     public func revoke(keyId: [UInt8], environment: AppAttestEnvironment? = nil,
                        reason: String) throws(StoreError) -> Bool {
         guard StoreKeys.isPlausible(keyId: keyId) else { return false }
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.revoke.run(on: connection, keys: keys.records(keyId: keyId, environment: environment),
-                                   arguments: [Array(reason.utf8)])
-        }
+        let reply = try transport.sendBlocking(.script(scripts.revoke, keys: keys.records(keyId: keyId, environment: environment),
+                                                       arguments: [Array(reason.utf8)]))
         return try Self.integer(reply, from: scripts.revoke) > 0
     }
 
-    /// Redis answers PING within the pool's timeout (for /readyz).
+    /// Redis answers PING within the client's timeout (for /readyz).
     public func ping() -> Bool { pingFailure() == nil }
 
     /// Why Redis cannot be used, nil when it answers PING: unreachable, or a refused login or database.
     public func pingFailure() -> StoreError? {
         do throws(StoreError) {
-            let reply = try transport.sendBlocking(.command([Array("PING".utf8)]))
+            let reply = try transport.sendBlocking(.command([Array("PING".utf8)], key: nil))
             return reply == .status("PONG") ? nil : reply.storeError(context: "PING")
         } catch {
             return error
@@ -146,7 +140,7 @@ public final class AttestStore: Sendable {
     }
 
     public func ping() async -> Bool {
-        (try? await transport.send(.command([Array("PING".utf8)]))) == .status("PONG")
+        (try? await transport.send(.command([Array("PING".utf8)], key: nil))) == .status("PONG")
     }
 
     static func integer(_ reply: RedisReply, from script: LuaScript) throws(StoreError) -> Int64 {

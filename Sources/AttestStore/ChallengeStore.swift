@@ -5,15 +5,11 @@ import AssertionCheck
 public struct ChallengeUse: Sendable, Equatable {
     /// The challenge's random part, base64url.
     public let id: String
-    /// Issued for one key id: recorded in that key's slot. Otherwise under its own tag, so that no other
-    /// key can use it either.
-    public let boundToKey: Bool
     /// The challenge's remaining lifetime: how long the record of its use is kept.
     public let ttlMs: Int
 
-    public init(id: String, boundToKey: Bool, ttlMs: Int) {
+    public init(id: String, ttlMs: Int) {
         self.id = id
-        self.boundToKey = boundToKey
         self.ttlMs = ttlMs
     }
 
@@ -49,9 +45,7 @@ extension AttestStore {
     /// The challenge HMAC secret every gateway on this Redis shares: `candidate` if none was stored yet
     /// (SET NX: the first gateway to ask decides), otherwise the stored one.
     public func sharedChallengeSecret(candidate: [UInt8]) throws(StoreError) -> [UInt8] {
-        let reply = try pool.with { connection throws(StoreError) in
-            try scripts.challengeSecret.run(on: connection, keys: [keys.challengeSecret], arguments: [candidate])
-        }
+        let reply = try transport.sendBlocking(.script(scripts.challengeSecret, keys: [keys.challengeSecret], arguments: [candidate]))
         switch reply {
         case .string(let secret) where secret.count >= 32: return secret
         case .string: throw .unexpectedReply("the challenge secret stored in Redis is shorter than 32 bytes")

@@ -7,7 +7,7 @@ extension AttestStore {
     /// the refreshers' backlog, for /metrics.
     public func dueReceiptCount(now: Date) throws(StoreError) -> Int {
         let command = [Array("ZCOUNT".utf8), keys.receiptSchedule, Array("-inf".utf8), Array(String(KeyRecord.seconds(now)).utf8)]
-        let reply = try pool.with { connection throws(StoreError) in try connection.command(command) }
+        let reply = try transport.sendBlocking(.keyed(command))
         guard case .integer(let count) = reply else { throw reply.storeError(context: "ZCOUNT of the receipt schedule") }
         return Int(count)
     }

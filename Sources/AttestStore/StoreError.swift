@@ -2,7 +2,7 @@ import EventLoop
 /// Why the state store could not answer. The gateway turns `unavailable` and `unexpectedReply` into
 /// 503s; `invalidArgument` is a configuration or programming mistake caught before Redis is asked.
 public enum StoreError: Error, Equatable, Sendable {
-    /// Redis could not be reached in time: connect failure, timeout, broken connection, pool exhausted.
+    /// Redis could not be reached in time: connect failure, timeout, broken connection, no Cluster node for the slot.
     case unavailable(String)
     /// Redis answered, but not as the store expects (an error reply, a wrong type, a malformed record).
     case unexpectedReply(String)
@@ -24,7 +24,7 @@ public enum StoreError: Error, Equatable, Sendable {
     }
 
     /// Error replies that mean "Redis is there but cannot serve right now" rather than "we asked wrongly".
-    private static let transientErrorPrefixes = ["LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"]
+    private static let transientErrorPrefixes = ["LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"]
 
     /// Classifies an error reply from Redis.
     static func reply(_ message: String, context: String) -> StoreError {

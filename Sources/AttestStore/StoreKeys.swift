@@ -6,10 +6,10 @@ import AssertionCheck
 ///
 ///     <prefix>:{<key id>}:<environment>:key   hash: the key record (`KeyRecord.fields`)
 ///     <prefix>:{<key id>}:<environment>:win   sorted set: counters accepted below the highest (window > 0)
-///     <prefix>:{<key id>}:ch:<challenge id>   string, TTL: a spent assertion challenge that was issued for this key
+///     <prefix>:{<key id>}:ch:<challenge id>   string, TTL: a challenge this key spent in an assertion
 ///     <prefix>:{<key id>}:claim:<route>       string, TTL: a `once_per_device` request of the key in flight
 ///     <prefix>:{<key id>}:rate:<route>        integer, TTL: the key's accepted assertions in the current `rate_limit` window
-///     <prefix>:ch:{<challenge id>}            string, TTL: a spent challenge issued without a key id
+///     <prefix>:ch:{<challenge id>}            string, TTL: a challenge spent by a registration
 ///     <prefix>:challenge-secret                string: the challenge HMAC secret, when no file gives one
 ///     <prefix>:dt:{<SHA-256 of device token>}  string, TTL: a DeviceCheck token already used once
 ///     <prefix>:receipt-refresh                 sorted set: "<environment>:<key id>" by next refresh time
@@ -35,7 +35,8 @@ struct StoreKeys: Sendable {
     static func isPlausible(keyId: [UInt8]) -> Bool { (1...maxKeyIdBytes).contains(keyId.count) }
     static func isPlausible(challenge: String) -> Bool { (1...maxChallengeBytes).contains(challenge.utf8.count) }
 
-    /// Where a spent challenge is recorded: in the slot of the key it was issued for, or under its own tag.
+    /// Where a spent challenge is recorded: an assertion's in the slot of its key (one script, one Cluster
+    /// slot), a registration's under its own tag.
     func spentChallenge(_ id: String, keyId: [UInt8]?) -> [UInt8] {
         guard let keyId else { return Array("\(prefix):ch:{\(id)}".utf8) }
         return Array("\(prefix):\(tag(keyId)):ch:\(id)".utf8)

@@ -27,70 +27,56 @@ extension StoreTransport {
     }
 }
 
-/// One Redis request of the store: a plain command or one of its scripts.
+/// One Redis request of the store: a plain command (with the key that places it on a Cluster slot) or one
+/// of its scripts (placed by its first key: every key of a script shares one slot).
 enum StoreRequest {
-    case command([[UInt8]])
+    case command([[UInt8]], key: [UInt8]?)
     case script(LuaScript, keys: [[UInt8]], arguments: [[UInt8]])
+
+    /// A command on the key that is its first argument (SET key …, ZADD key …).
+    static func keyed(_ arguments: [[UInt8]]) -> StoreRequest { .command(arguments, key: arguments.dropFirst().first) }
 }
 
-/// How the store reaches Redis. From an event loop (the request path) it uses that loop's own pipelined
-/// connections, so a request never waits on a thread; anywhere else (CLI, receipt refresher, tests) the
-/// blocking pool.
-final class StoreTransport: @unchecked Sendable {
-    let pool: RedisPool
-    private let login: RedisLogin?
-    private let lock = PthreadLock()
-    private var clients: [ObjectIdentifier: LoopRedisClient] = [:]
+/// How the store reaches Redis: on an event loop through that loop's own connections (a request never
+/// waits on a thread); from threads that may block (operator commands, the receipt refresher) by waiting
+/// for the same path on the client's helper loop.
+final class StoreTransport: Sendable {
+    let redis: Redis
 
-    init(pool: RedisPool) {
-        self.pool = pool
-        if case .tcp(let host, let port) = pool.endpoint.address {
-            login = RedisLogin(host: host, port: port, username: pool.endpoint.username, password: pool.endpoint.password,
-                               database: pool.endpoint.database)
-        } else {
-            login = nil  // unix sockets: the blocking pool everywhere
+    init(redis: Redis) {
+        self.redis = redis
+    }
+
+    func send(_ request: StoreRequest) async throws(StoreError) -> RedisReply {
+        switch request {
+        case .command(let arguments, let key): return try await command(arguments, key: key)
+        case .script(let script, let keys, let arguments):
+            let key = keys.first
+            return try await script.run(keys: keys, arguments: arguments) { (command) async throws(StoreError) -> RedisReply in
+                try await self.command(command, key: key)
+            }
         }
     }
 
     func sendBlocking(_ request: StoreRequest) throws(StoreError) -> RedisReply {
-        try pool.with { connection throws(StoreError) in
-            switch request {
-            case .command(let arguments): return try connection.command(arguments)
-            case .script(let script, let keys, let arguments): return try script.run(on: connection, keys: keys, arguments: arguments)
+        // A script may take three round trips (EVALSHA, NOSCRIPT, EVAL), each bounded by the client.
+        let waitMs = 3 * redis.longestCommandMs
+        let outcome = waitFor(timeoutMs: waitMs) { () async -> Unchecked<Result<RedisReply, StoreError>> in
+            do throws(StoreError) {
+                return Unchecked(.success(try await self.send(request)))
+            } catch {
+                return Unchecked(.failure(error))
             }
         }
+        guard let outcome else { throw .unavailable("no answer from \(redis.options.description) within \(waitMs) ms") }
+        return try outcome.value.get()
     }
 
-    func send(_ request: StoreRequest) async throws(StoreError) -> RedisReply {
-        guard let client = loopClient() else { return try sendBlocking(request) }
-        switch request {
-        case .command(let arguments): return try await Self.command(arguments, on: client)
-        case .script(let script, let keys, let arguments):
-            return try await script.run(keys: keys, arguments: arguments) { (command) async throws(StoreError) -> RedisReply in
-                try await Self.command(command, on: client)
-            }
-        }
-    }
-
-    private static func command(_ arguments: [[UInt8]], on client: LoopRedisClient) async throws(StoreError) -> RedisReply {
+    private func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(StoreError) -> RedisReply {
         do {
-            return try await client.command(arguments)
+            return try await redis.command(arguments, key: key)
         } catch {
-            switch error {
-            case .unavailable(let detail), .timeout(let detail): throw .unavailable(detail)
-            }
-        }
-    }
-
-    /// This loop's client, made on first use (on the loop's own thread, as its handles require).
-    private func loopClient() -> LoopRedisClient? {
-        guard let login, let loop = EventLoop.current else { return nil }
-        return lock.withLock {
-            if let client = clients[ObjectIdentifier(loop)] { return client }
-            // A few pipelined connections per loop carry what the pool's many blocking ones did.
-            let client = LoopRedisClient(loop: loop, login: login, connections: min(4, max(1, pool.size / 8)), timeoutMs: pool.timeoutMs)
-            clients[ObjectIdentifier(loop)] = client
-            return client
+            throw .unavailable(error.message)
         }
     }
 }

@@ -17,7 +17,7 @@ extension AttestStore {
 
     /// Pub/sub ignores the database number: it is part of the channel, so gateways on other databases
     /// of one Redis do not hear each other.
-    public var revocationChannel: [UInt8] { Array("\(keys.prefix):revocations:\(pool.endpoint.database)".utf8) }
+    public var revocationChannel: [UInt8] { Array("\(keys.prefix):revocations:\(redis.options.database)".utf8) }
 
     private var revokedKeysKey: [UInt8] { Array("\(keys.prefix):revoked-keys".utf8) }
 
@@ -26,26 +26,40 @@ extension AttestStore {
     public func announceRevocation(keyId: [UInt8], now: Date = Date()) throws(StoreError) {
         let member = Array(Base64.encodeURLSafe(keyId).utf8)
         let seconds = KeyRecord.seconds(now)
-        try pool.with { connection throws(StoreError) in
-            for command in [
-                [Array("ZADD".utf8), revokedKeysKey, Array(String(seconds).utf8), member],
-                [Array("ZREMRANGEBYSCORE".utf8), revokedKeysKey, Array("-inf".utf8),
-                 Array("(\(seconds - Int64(2 * Self.revocationHistorySeconds))".utf8)],
-                [Array("PUBLISH".utf8), revocationChannel, member],
-            ] {
-                if case .error(let message) = try connection.command(command) {
-                    throw StoreError.reply(message, context: "announcing a revocation")
-                }
+        for request in [
+            StoreRequest.keyed([Array("ZADD".utf8), revokedKeysKey, Array(String(seconds).utf8), member]),
+            .keyed([Array("ZREMRANGEBYSCORE".utf8), revokedKeysKey, Array("-inf".utf8),
+                    Array("(\(seconds - Int64(2 * Self.revocationHistorySeconds))".utf8)]),
+            // Pub/sub reaches every node of a Cluster: the channel needs no slot.
+            .command([Array("PUBLISH".utf8), revocationChannel, member], key: nil),
+        ] {
+            if case .error(let message) = try transport.sendBlocking(request) {
+                throw StoreError.reply(message, context: "announcing a revocation")
             }
+        }
+    }
+
+    /// A subscription to the revocation channel on a connection of its own, for a thread that may block.
+    public func subscribeToRevocations() throws(StoreError) -> RedisSubscription {
+        let (redis, channel) = (self.redis, revocationChannel)
+        let outcome = waitFor(timeoutMs: redis.longestCommandMs) { () async -> Unchecked<Result<RedisSubscription, RedisClientError>> in
+            do throws(RedisClientError) {
+                return Unchecked(.success(try await redis.subscribe(channel)))
+            } catch {
+                return Unchecked(.failure(error))
+            }
+        }
+        switch outcome?.value {
+        case .success(let subscription): return subscription
+        case .failure(let error): throw .unavailable(error.message)
+        case nil: throw .unavailable("SUBSCRIBE on \(redis.options.description) got no answer within \(redis.longestCommandMs) ms")
         }
     }
 
     /// Key ids revoked since `since` (what a gateway's revocation set starts from).
     public func loadRevokedKeys(since: Date) throws(StoreError) -> [[UInt8]] {
-        let reply = try pool.with { connection throws(StoreError) in
-            try connection.command([Array("ZRANGEBYSCORE".utf8), revokedKeysKey, Array(String(KeyRecord.seconds(since)).utf8),
-                                    Array("+inf".utf8)])
-        }
+        let reply = try transport.sendBlocking(.keyed([Array("ZRANGEBYSCORE".utf8), revokedKeysKey,
+                                                      Array(String(KeyRecord.seconds(since)).utf8), Array("+inf".utf8)]))
         guard case .array(let items) = reply else { throw reply.storeError(context: "ZRANGEBYSCORE of revoked keys") }
         return items.compactMap { item in
             guard case .string(let member) = item else { return nil }

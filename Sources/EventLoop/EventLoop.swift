@@ -14,6 +14,8 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     private let started = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
     private var stopping = false
+    /// The thread has ended: work handed in now is dropped (guarded by `lock`).
+    private var ended = false
 
     private enum Work {
         case job(UnownedJob)
@@ -34,6 +36,7 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
             pthread_setspecific(EventLoop.currentKey, Unmanaged.passUnretained(self).toOpaque())
             started.signal()
             core.run()
+            lock.withLock { ended = true }
             core.free()
             finished.signal()
         }
@@ -58,7 +61,7 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     }()
 
     /// Runs `work` on the loop's thread (later, even when called from it); `work` may hold state that is only
-    /// ever touched on this loop.
+    /// ever touched on this loop. After the loop has ended, `work` is dropped (its handles are closed already).
     public func executeOnLoop(_ work: @escaping () -> Void) {
         nonisolated(unsafe) let work = work
         submit(.closure(work))
@@ -84,6 +87,7 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
 
     private func submit(_ work: Work) {
         lock.lock()
+        if ended { return lock.unlock() }
         pending.append(work)
         let first = pending.count == 1
         lock.unlock()
@@ -112,8 +116,10 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     /// Now, in the loop's clock (milliseconds, updated once per loop iteration).
     public var nowMs: UInt64 { core.nowMs }
 
-    /// Closes every handle of the loop (connections included) and waits for its thread to end.
+    /// Closes every handle of the loop (connections included) and waits for its thread to end; from the loop's
+    /// own thread (a last reference dropped there), it ends after the current work instead.
     public func stop() {
+        if inLoop { return stopping = true }
         executeOnLoop { [self] in stopping = true }
         finished.wait()
     }

@@ -125,8 +125,10 @@ struct BenchPrepare: Sendable {
         switch plan.registration {
         case .attest: store = nil
         case .store(let url, let prefix):
-            store = try AttestStore(pool: try RedisPool(endpoint: try RedisEndpoint.parse(url: url), size: plan.threads, timeoutMs: 5000),
-                                    keyPrefix: prefix)
+            // A local, plain Redis the bench starts: redis://host:port.
+            guard let parts = URLComponents(string: url), let host = parts.host else { throw UsageError("--redis must be redis://host:port, got \(url)") }
+            let address = RedisAddress(host: host, port: parts.port ?? 6379)
+            store = try AttestStore(redis: Redis(options: RedisOptions(topology: .single(address), timeoutMs: 5000)), keyPrefix: prefix)
         }
         let progress = Progress("registered", total: devices.count)
         _ = try Self.onThreads(plan.threads) { worker, workers in

@@ -19,20 +19,24 @@ final class GatewayEnvironment: @unchecked Sendable {
     let challengeTTL: Int
     /// YAML lines under `app_attest:` (e.g. a `token:` section), indented by the caller.
     let appAttestExtra: String
+    /// The `redis:` section's flow mapping: this environment's own server unless a test names a Cluster,
+    /// sentinels or a TLS server.
+    let redisSection: String
 
     /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level.
     init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil,
-         appAttestExtra: String = "", extra: String = "") throws {
+         appAttestExtra: String = "", extra: String = "", redisSection: String? = nil) throws {
         redis = try RedisTestServer()
+        self.redisSection = redisSection ?? "{ url: \"redis://127.0.0.1:\(redis.port)/0\", pool_size: 8, timeout_ms: 300 }"
         upstream = try ExampleUpstream()
         ca = try TestCA()
         try ca.save(to: directory + "/ca")
         self.routes = routes
         self.challengeTTL = challengeTTL
         self.appAttestExtra = appAttestExtra
-        let (directory, redisPort, upstreamURL) = (directory, redis.port, upstream.baseURL)
+        let (directory, redis, upstreamURL) = (directory, self.redisSection, upstream.baseURL)
         gateway = try GatewayProcess(directory: directory) { port, admin in
-            GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
+            GatewayEnvironment.config(port: port, admin: admin, redis: redis, upstreamURL: upstreamURL, directory: directory,
                                       routes: routes, challengeTTL: challengeTTL, appAttestExtra: appAttestExtra)
                 + (apple.map { "\n" + $0 } ?? "") + (extra.isEmpty ? "" : "\n" + extra)
         }
@@ -48,27 +52,27 @@ final class GatewayEnvironment: @unchecked Sendable {
     /// Rewrites the config with other routes and sends SIGHUP.
     func reload(routes: String) throws {
         self.routes = routes
-        try gateway.reload(GatewayEnvironment.config(port: gateway.port, admin: gateway.adminPort, redisPort: redis.port,
+        try gateway.reload(GatewayEnvironment.config(port: gateway.port, admin: gateway.adminPort, redis: redisSection,
                                                      upstreamURL: upstream.baseURL, directory: directory, routes: routes,
                                                      challengeTTL: challengeTTL, appAttestExtra: appAttestExtra))
     }
 
     /// Another gateway process with the same configuration, sharing this one's Redis and upstream.
     func anotherGateway() throws -> GatewayProcess {
-        let (directory, redisPort, upstreamURL, routes, challengeTTL, extra) = (directory, redis.port, upstream.baseURL, routes,
-                                                                               challengeTTL, appAttestExtra)
+        let (directory, redis, upstreamURL, routes, challengeTTL, extra) = (directory, redisSection, upstream.baseURL, routes,
+                                                                           challengeTTL, appAttestExtra)
         return try GatewayProcess(directory: TestPaths.temporaryDirectory("e2e-peer")) { port, admin in
-            GatewayEnvironment.config(port: port, admin: admin, redisPort: redisPort, upstreamURL: upstreamURL, directory: directory,
+            GatewayEnvironment.config(port: port, admin: admin, redis: redis, upstreamURL: upstreamURL, directory: directory,
                                       routes: routes, challengeTTL: challengeTTL, appAttestExtra: extra)
         }
     }
 
-    static func config(port: Int, admin: Int, redisPort: Int, upstreamURL: String, directory: String, routes: String,
+    static func config(port: Int, admin: Int, redis: String, upstreamURL: String, directory: String, routes: String,
                        challengeTTL: Int, appAttestExtra: String = "") -> String {
         """
         listen: "127.0.0.1:\(port)"
         admin_listen: "127.0.0.1:\(admin)"
-        redis: { url: "redis://127.0.0.1:\(redisPort)/0", pool_size: 8, timeout_ms: 300 }
+        redis: \(redis)
         app_attest:
           apps: ["\(GatewayEnvironment.app)"]
           environments: [development, production]

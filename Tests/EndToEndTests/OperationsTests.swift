@@ -207,7 +207,7 @@ final class ConfigurationEdgeTests: XCTestCase {
         let app = try env.app(environment: .development)
         XCTAssertEqual(try app.register().status, 200)
         XCTAssertEqual(try app.send(app.signed("GET", "/secure/me")).status, 200)
-        let productionOnly = GatewayEnvironment.config(port: env.gateway.port, admin: env.gateway.adminPort, redisPort: env.redis.port,
+        let productionOnly = GatewayEnvironment.config(port: env.gateway.port, admin: env.gateway.adminPort, redis: env.redisSection,
                                                        upstreamURL: env.upstream.baseURL, directory: env.directory,
                                                        routes: GatewayEnvironment.defaultRoutes, challengeTTL: 300)
             .replacingOccurrences(of: "environments: [development, production]", with: "environments: [production]")

@@ -130,12 +130,15 @@ final class ReferenceClientTests: XCTestCase {
         XCTAssertEqual(try env.request("POST", "/secure/x", body: [1]).error, "assertion_missing")
     }
 
-    func testOneChallengeServesExactlyOneOfTwoDevices() throws {
+    /// A challenge fetched without a key id is spent in the slot of the key that uses it (one script on one
+    /// Cluster slot): each device can use it once; a device's second use, however concurrent, is refused.
+    func testAnUnboundChallengeServesEachDeviceOnce() throws {
         let first = try registeredApp()
         let second = try registeredApp()
         let challenge = try first.get("/assert/challenge").text
+        XCTAssertEqual(try second.send(guideRequest(second, "POST", "/secure/pay", body: [1], challenge: challenge)).status, 200)
         let requests = [try guideRequest(first, "POST", "/secure/pay", body: [1], challenge: challenge),
-                        try guideRequest(second, "POST", "/secure/pay", body: [1], challenge: challenge)]
+                        try guideRequest(first, "POST", "/secure/pay", body: [2], challenge: challenge)]
         let statuses = Mutex12()
         let errors = Mutex12()
         DispatchQueue.concurrentPerform(iterations: 2) { index in
@@ -207,7 +210,7 @@ final class ChallengeSecretTests: XCTestCase {
         let env = try GatewayEnvironment()
         defer { env.stop() }
         let replica = try GatewayProcess(directory: TestPaths.temporaryDirectory("replica")) { port, admin in
-            GatewayEnvironment.config(port: port, admin: admin, redisPort: env.redis.port, upstreamURL: env.upstream.baseURL,
+            GatewayEnvironment.config(port: port, admin: admin, redis: env.redisSection, upstreamURL: env.upstream.baseURL,
                                       directory: env.directory, routes: GatewayEnvironment.defaultRoutes, challengeTTL: 300)
         }
         defer { replica.stop() }

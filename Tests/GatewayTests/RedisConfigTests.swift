@@ -2,6 +2,7 @@ import AttestStore
 import Foundation
 @testable import Gateway
 import TestSupport
+import RedisClient
 import XCTest
 
 /// `redis:` beyond the URL: the password outside the YAML, and the Cluster, Sentinel and TLS keys.
@@ -46,14 +47,16 @@ final class RedisConfigTests: XCTestCase {
         XCTAssertEqual(fromFile.password, "file-secret/with@odd%chars", "the final newline is not part of it")
         XCTAssertEqual(fromFile.username, "gateway")
         XCTAssertEqual(fromFile.passwordFile, "\(directory)/redis-password")
-        let endpoint = try fromFile.endpoint()
-        XCTAssertEqual(endpoint, RedisEndpoint(address: .tcp(host: "10.0.0.5", port: 6380), username: "gateway",
-                                               password: "file-secret/with@odd%chars", database: 2))
+        let options = try fromFile.options()
+        XCTAssertEqual(options.topology, .single(RedisAddress(host: "10.0.0.5", port: 6380)))
+        XCTAssertEqual(options.username, "gateway")
+        XCTAssertEqual(options.password, "file-secret/with@odd%chars")
+        XCTAssertEqual(options.database, 2)
         XCTAssertEqual(fromFile.redacted, "redis://gateway:***@10.0.0.5:6380/2")
         XCTAssertFalse("\(fromFile)".contains("file-secret"), "\(fromFile)")
 
         let fromEnvironment = try config("  password: ${REDIS_PASSWORD}", ["REDIS_PASSWORD": "env:secret@/#"])
-        XCTAssertEqual(try fromEnvironment.endpoint().password, "env:secret@/#", "no percent-encoding needed outside the URL")
+        XCTAssertEqual(try fromEnvironment.options().password, "env:secret@/#", "no percent-encoding needed outside the URL")
         XCTAssertNil(fromEnvironment.username)
 
         let fromURL = try config("  url: \"redis://app%40x:p%2Fw@127.0.0.1/0\"")
@@ -94,21 +97,22 @@ final class RedisConfigTests: XCTestCase {
 
     // MARK: - Cluster, Sentinel, TLS
 
-    func testClusterAndSentinelKeysAreReadAndRefusedByTheCurrentClient() throws {
+    func testClusterAndSentinelKeysAreRead() throws {
         let cluster = try config("  cluster: [\"10.0.0.1:7000\", \"redis-b:7001\", \"[::1]:7002\", \"redis-c\"]\n  password: ${P}", ["P": "pw12"])
         XCTAssertEqual(cluster.topology, .cluster(seeds: [
-            RedisNodeAddress(host: "10.0.0.1", port: 7000), RedisNodeAddress(host: "redis-b", port: 7001),
-            RedisNodeAddress(host: "::1", port: 7002), RedisNodeAddress(host: "redis-c", port: 6379),
+            RedisAddress(host: "10.0.0.1", port: 7000), RedisAddress(host: "redis-b", port: 7001),
+            RedisAddress(host: "::1", port: 7002), RedisAddress(host: "redis-c", port: 6379),
         ]))
         XCTAssertEqual(cluster.redacted, "cluster 10.0.0.1:7000,redis-b:7001,[::1]:7002,redis-c:6379")
-        XCTAssertThrowsError(try cluster.endpoint()) { error in
-            XCTAssertEqual((error as? StoreError)?.message.contains("does not support Redis Cluster yet"), true, "\(error)")
-        }
+        XCTAssertEqual(try cluster.options().topology, .cluster(seeds: [
+            RedisAddress(host: "10.0.0.1", port: 7000), RedisAddress(host: "redis-b", port: 7001),
+            RedisAddress(host: "::1", port: 7002), RedisAddress(host: "redis-c", port: 6379),
+        ]))
+        XCTAssertEqual(try cluster.options().password, "pw12")
         let sentinel = try config("  sentinels: [\"s1:26379\", \"s2\"]\n  master_name: mymaster")
-        XCTAssertEqual(sentinel.topology, .sentinel(sentinels: [RedisNodeAddress(host: "s1", port: 26379), RedisNodeAddress(host: "s2", port: 26379)],
+        XCTAssertEqual(sentinel.topology, .sentinel(sentinels: [RedisAddress(host: "s1", port: 26379), RedisAddress(host: "s2", port: 26379)],
                                                     masterName: "mymaster"))
-        XCTAssertEqual(sentinel.unsupportedByClient?.contains("does not support Sentinel yet"), true)
-        XCTAssertNil(try config("  url: \"redis://127.0.0.1/0\"").unsupportedByClient)
+        XCTAssertEqual(try sentinel.options().topology, .sentinel(sentinels: [RedisAddress(host: "s1", port: 26379), RedisAddress(host: "s2", port: 26379)], masterName: "mymaster"))
     }
 
     func testExactlyOneModeAndWellFormedNodeLists() {
@@ -134,7 +138,8 @@ final class RedisConfigTests: XCTestCase {
         let rediss = try config("  url: \"rediss://:pw@redis.example.com:6380/0\"")
         XCTAssertEqual(rediss.tls, RedisTLS(caFile: nil, certFile: nil, keyFile: nil, serverName: nil), "system CAs by default")
         XCTAssertEqual(rediss.redacted, "rediss://:***@redis.example.com:6380/0")
-        XCTAssertEqual(rediss.unsupportedByClient?.contains("TLS"), true)
+        XCTAssertNotNil(try rediss.options().tls, "rediss:// turns TLS on")
+        XCTAssertNil(try config("  url: \"redis://127.0.0.1/0\"").options().tls)
 
         let full = try config("""
               cluster: ["127.0.0.1:7000"]

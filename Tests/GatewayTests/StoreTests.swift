@@ -14,8 +14,8 @@ final class StoreTests: XCTestCase {
     override func setUpWithError() throws { fixture = try StoreFixture() }
     override func tearDown() { fixture = nil }
 
-    func use(_ id: String = Base64.encodeURLSafe(StoreFixture.randomBytes(16)), bound: Bool = false, ttlMs: Int = 60_000) -> ChallengeUse {
-        ChallengeUse(id: id, boundToKey: bound, ttlMs: ttlMs)
+    func use(_ id: String = Base64.encodeURLSafe(StoreFixture.randomBytes(16)), ttlMs: Int = 60_000) -> ChallengeUse {
+        ChallengeUse(id: id, ttlMs: ttlMs)
     }
 
     func testSpentChallengeIsRefusedASecondTime() throws {
@@ -43,8 +43,10 @@ final class StoreTests: XCTestCase {
         }
     }
 
-    /// A challenge issued without a key id is spent for every key; one issued for a key, in that key's slot.
-    func testUnboundChallengeServesOneKeyOnlyAndBoundOnesLiveInTheKeySlot() throws {
+    /// Every assertion challenge is spent in the slot of the key that used it, so a commit stays one script on
+    /// one Cluster slot: a challenge issued without a key id serves each key once (another key cannot replay
+    /// an assertion it did not sign). Registration spends under the challenge's own tag.
+    func testAssertionChallengesAreSpentInTheKeySlot() throws {
         let first = StoreFixture.record()
         let second = StoreFixture.record()
         XCTAssertEqual(try store.register(first), .created)
@@ -52,11 +54,14 @@ final class StoreTests: XCTestCase {
         let shared = use()
         XCTAssertEqual(try store.commitAssertion(keyId: first.keyId, environment: .production, challenge: shared,
                                                  counter: 1, window: 0), .accepted(previousCounter: 0))
-        XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: shared,
-                                                 counter: 1, window: 0), .rejected(.challengeReused))
-        XCTAssertFalse(try store.spendChallenge(shared), "the same record as registration's")
+        XCTAssertEqual(try store.commitAssertion(keyId: first.keyId, environment: .production, challenge: shared,
+                                                 counter: 2, window: 0), .rejected(.challengeReused))
+        let unboundName = "\(fixture.prefix):{\(Base64.encodeURLSafe(first.keyId))}:ch:\(shared.id)"
+        XCTAssertEqual(try fixture.connection().command("EXISTS", unboundName), .integer(1))
+        XCTAssertTrue(try store.spendChallenge(shared), "registration's record is separate")
+        XCTAssertFalse(try store.spendChallenge(shared))
 
-        let bound = use(bound: true)
+        let bound = use()
         XCTAssertEqual(try store.commitAssertion(keyId: second.keyId, environment: .production, challenge: bound,
                                                  counter: 1, window: 0), .accepted(previousCounter: 0))
         let name = "\(fixture.prefix):{\(Base64.encodeURLSafe(second.keyId))}:ch:\(bound.id)"
@@ -128,7 +133,7 @@ final class StoreTests: XCTestCase {
     }
 
     func testBadArgumentsAreTypedErrors() throws {
-        XCTAssertThrowsError(try AttestStore(pool: fixture.pool, keyPrefix: "a{b}")) { error in
+        XCTAssertThrowsError(try AttestStore(redis: Redis(options: fixture.options), keyPrefix: "a{b}")) { error in
             XCTAssertEqual((error as? StoreError)?.reasonCode, "store_invalid_argument")
         }
         XCTAssertThrowsError(try store.register(KeyRecord(keyId: [], environment: .production, appID: "A.b",

@@ -14,8 +14,8 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
     }
 
     /// A challenge that passed its MAC check, as `ChallengeCodec` hands it to the store.
-    func newChallenge(bound: Bool = false) -> ChallengeUse {
-        ChallengeUse(id: Base64.encodeURLSafe(StoreFixture.randomBytes(16)), boundToKey: bound, ttlMs: 60_000)
+    func newChallenge() -> ChallengeUse {
+        ChallengeUse(id: Base64.encodeURLSafe(StoreFixture.randomBytes(16)), ttlMs: 60_000)
     }
 
     func testUnknownKeyIsRejected() throws {
@@ -40,10 +40,7 @@ final class StoreTestsCommit: RegisteredKeyTestCase {
         XCTAssertEqual(try commit(1, challenge: challenge), .accepted(previousCounter: 0))
         XCTAssertEqual(try commit(2, challenge: challenge), .rejected(.challengeReused))
         XCTAssertEqual(try commit(2, challenge: newChallenge()), .accepted(previousCounter: 1))
-        let bound = newChallenge(bound: true)
-        XCTAssertEqual(try commit(3, challenge: bound), .accepted(previousCounter: 2))
-        XCTAssertEqual(try commit(4, challenge: bound), .rejected(.challengeReused))
-        XCTAssertThrowsError(try commit(4, challenge: ChallengeUse(id: String(repeating: "x", count: 1000), boundToKey: false, ttlMs: 1)))
+        XCTAssertThrowsError(try commit(4, challenge: ChallengeUse(id: String(repeating: "x", count: 1000), ttlMs: 1)))
     }
 
     /// Decision: a challenge presented by a live key is spent even when the counter is refused, so a failed attempt

@@ -22,7 +22,12 @@ public enum CheckConfigCommand {
                       + (token.previousKey.map { "; previous key \($0.file), kid \($0.kid) (still accepted)" } ?? ""))
             }
             if let warning = config.debugTokenWarning { print("warning: \(warning)") }
-            if let unsupported = config.redis.unsupportedByClient { print("warning: \(unsupported); serve will refuse to start") }
+            do throws(StoreError) {
+                _ = try config.redis.options()
+            } catch {
+                print("\(path): \(error.message)")
+                return 1
+            }
             if let apple = config.apple {
                 if let pem = try? String(contentsOfFile: apple.privateKeyPath, encoding: .utf8) {
                     do { _ = try P256PrivateKey(pem: pem) } catch {

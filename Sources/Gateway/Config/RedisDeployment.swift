@@ -1,22 +1,15 @@
 import AttestStore
 import Foundation
+import RedisClient
 
 /// Which Redis deployment `redis:` describes: exactly one of `url`, `cluster`, `sentinels`.
 public enum RedisTopology: Sendable, Equatable {
     /// One server: `redis.url`.
     case single
     /// `redis.cluster`: seed nodes; the slot map is discovered from them.
-    case cluster(seeds: [RedisNodeAddress])
+    case cluster(seeds: [RedisAddress])
     /// `redis.sentinels` + `redis.master_name`: the primary is asked of the sentinels.
-    case sentinel(sentinels: [RedisNodeAddress], masterName: String)
-}
-
-/// `host:port` of a Cluster node or a sentinel.
-public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
-    public let host: String
-    public let port: Int
-
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    case sentinel(sentinels: [RedisAddress], masterName: String)
 }
 
 extension RedisConfig {
@@ -50,17 +43,17 @@ extension RedisConfig {
     }
 
     /// `["host:port", …]`: 1-64 distinct entries; a missing port is `defaultPort`.
-    private static func nodes(_ value: ConfigValue, defaultPort: Int) -> [RedisNodeAddress] {
+    private static func nodes(_ value: ConfigValue, defaultPort: Int) -> [RedisAddress] {
         guard let items = value.list() else { return [] }
         if items.isEmpty || items.count > maxNodes { value.invalid("expected 1-\(maxNodes) \"host:port\" entries, got \(items.count)") }
-        var seen: Set<RedisNodeAddress> = []
+        var seen: Set<RedisAddress> = []
         return items.compactMap { item in
             guard let text = item.string() else { return nil }
             guard let parsed = try? ServiceURL.parse("redis://" + text, schemes: ["redis"]), parsed.userInfo == nil, parsed.path.isEmpty else {
                 item.invalid("expected \"host:port\" (a name, IPv4 or [IPv6]; port 1-65535), got \"\(text)\"")
                 return nil
             }
-            let node = RedisNodeAddress(host: parsed.host, port: parsed.port ?? defaultPort)
+            let node = RedisAddress(host: parsed.host, port: parsed.port ?? defaultPort)
             guard seen.insert(node).inserted else {
                 item.invalid("\(node) is listed twice")
                 return nil
@@ -148,30 +141,30 @@ extension RedisConfig {
     }
 }
 
-/// What the Redis client in this build can serve, and the endpoint it connects to.
+/// What the Redis client is given.
 extension RedisConfig {
-    /// Why the current client cannot serve this configuration, or nil. The one place that refuses Cluster,
-    /// Sentinel and TLS until the client supports them: `serve` (at start and reload), `keys` and `verify`
-    /// fail with this message instead of quietly talking to one plain server.
-    public var unsupportedByClient: String? {
-        switch topology {
-        case .cluster:
-            return "redis.cluster is set, but this build's Redis client does not support Redis Cluster yet: use redis.url (one server)"
-        case .sentinel:
-            return "redis.sentinels is set, but this build's Redis client does not support Sentinel yet: use redis.url (one server)"
-        case .single where tls != nil:
-            return "Redis over TLS (rediss:// or redis.tls) is not supported by this build's Redis client yet: use redis:// or a local TLS tunnel"
-        case .single:
-            return nil
+    /// The client's options: topology, login, timeouts and the TLS context (its files loaded and checked
+    /// now, so a key that does not match its certificate stops `serve` and `check-config`).
+    public func options() throws(StoreError) -> RedisOptions {
+        var context: RedisTLSContext?
+        if let tls {
+            do throws(RedisTLSError) {
+                context = try RedisTLSContext(RedisTLSSettings(caFile: tls.caFile, certFile: tls.certFile, keyFile: tls.keyFile,
+                                                               serverName: tls.serverName))
+            } catch {
+                throw .invalidArgument("redis.tls: \(error.message)")
+            }
         }
+        let topology: RedisOptions.Topology
+        switch self.topology {
+        case .single: topology = .single(RedisAddress(host: host, port: port))
+        case .cluster(let seeds): topology = .cluster(seeds: seeds)
+        case .sentinel(let sentinels, let masterName): topology = .sentinel(sentinels: sentinels, masterName: masterName)
+        }
+        // A few pipelined connections per loop and server carry what pool_size blocking ones once did.
+        return RedisOptions(topology: topology, username: username, password: password, database: database, tls: context,
+                            timeoutMs: timeoutMs, connectionsPerNode: min(4, max(1, poolSize / 8)))
     }
-
-    /// The one server `url` names, with the login from wherever it was configured.
-    public func endpoint() throws(StoreError) -> RedisEndpoint {
-        if let unsupportedByClient { throw .invalidArgument(unsupportedByClient) }
-        return RedisEndpoint(address: .tcp(host: host, port: port), username: username, password: password, database: database)
-    }
-
     /// Where Redis is, without the password: for logs and messages.
     public var redacted: String {
         let login = password == nil ? "" : "\(username ?? ""):***@"

@@ -77,7 +77,6 @@ public final class GatewayRuntime: Sendable {
     }
 
     static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {
-        let pool = try RedisPool(endpoint: try redis.endpoint(), size: redis.poolSize, timeoutMs: redis.timeoutMs)
-        return try AttestStore(pool: pool, keyPrefix: redis.keyPrefix)
+        try AttestStore(redis: Redis(options: redis.options()), keyPrefix: redis.keyPrefix)
     }
 }

@@ -49,8 +49,7 @@ final class GatewayTokens: Sendable {
         if let running = previous?.revocations, running.store === store, running.maxLagSeconds == token.revocationMaxLagSeconds {
             revocations = running
         } else {
-            revocations = try TokenRevocations(store: store, endpoint: config.redis.endpoint(),
-                                               timeoutMs: config.redis.timeoutMs, maxLagSeconds: token.revocationMaxLagSeconds, log: log)
+            revocations = TokenRevocations(store: store, maxLagSeconds: token.revocationMaxLagSeconds, log: log)
             // A token request arriving before the first sync would fail closed: give the sync a moment.
             _ = revocations.waitUntilCurrent(timeout: 2)
         }

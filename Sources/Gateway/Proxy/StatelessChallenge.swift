@@ -62,7 +62,7 @@ struct ChallengeCodec: Sendable {
         let expiry = bytes[2..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
         let remainingMs = expiry * 1000 - Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         guard remainingMs > 0 else { throw .challengeExpired }
-        return ChallengeUse(id: Base64.encodeURLSafe(Array(bytes[6..<Self.headerBytes])), boundToKey: bound,
+        return ChallengeUse(id: Base64.encodeURLSafe(Array(bytes[6..<Self.headerBytes])),
                             ttlMs: Int(min(remainingMs + Int64(Self.clockSkewMs), Int64(ChallengeUse.maxTTLMs))))
     }
 

@@ -26,13 +26,12 @@ final class TokenRevocations: Sendable {
         let stopped = Atomic<Bool>(false)
     }
 
-    init(store: AttestStore, endpoint: RedisEndpoint, timeoutMs: Int, maxLagSeconds: Int, log: EventLog) {
+    init(store: AttestStore, maxLagSeconds: Int, log: EventLog) {
         self.store = store
         self.maxLagSeconds = maxLagSeconds
         let state = State()
         self.state = state
-        let subscriber = Subscriber(state: state, store: store, endpoint: endpoint, timeoutMs: timeoutMs,
-                                    maxLagNanoseconds: UInt64(maxLagSeconds) * 1_000_000_000, log: log)
+        let subscriber = Subscriber(state: state, store: store, maxLagNanoseconds: UInt64(maxLagSeconds) * 1_000_000_000, log: log)
         let thread = Thread { subscriber.run() }
         thread.name = "token-revocations"
         thread.start()
@@ -60,8 +59,6 @@ final class TokenRevocations: Sendable {
     private struct Subscriber: Sendable {
         let state: State
         let store: AttestStore
-        let endpoint: RedisEndpoint
-        let timeoutMs: Int
         let maxLagNanoseconds: UInt64
         let log: EventLog
 
@@ -94,7 +91,7 @@ final class TokenRevocations: Sendable {
 
         private func follow(onSynced: (Int) -> Void) throws(StoreError) {
             // Subscribed first, loaded second: a revocation published in between is in one or the other.
-            let subscription = try RedisSubscription(endpoint: endpoint, timeoutMs: timeoutMs, channel: store.revocationChannel)
+            let subscription = try store.subscribeToRevocations()
             let syncStart = DispatchTime.now().uptimeNanoseconds
             let loaded = try store.loadRevokedKeys(since: Date().addingTimeInterval(-Double(AttestStore.revocationHistorySeconds)))
             state.revoked.withLock { $0 = Set(loaded) }
@@ -108,11 +105,13 @@ final class TokenRevocations: Sendable {
                     throw .unavailable("Redis did not answer the subscription's PING within the revocation lag")
                 }
                 if pingSentAt == nil, now - lastPing >= pingInterval {
-                    try subscription.ping()
+                    do throws(RedisClientError) { try subscription.ping() } catch { throw .unavailable(error.message) }
                     pingSentAt = now
                     lastPing = now
                 }
-                switch try subscription.next(waitingMs: 100) {
+                let push: RedisSubscription.Push?
+                do throws(RedisClientError) { push = try subscription.next(waitingMs: 100) } catch { throw .unavailable(error.message) }
+                switch push {
                 case .message(let member):
                     if let keyId = Base64.decode(utf8: member) { state.revoked.withLock { _ = $0.insert(keyId) } }
                 case .pong:

@@ -12,44 +12,42 @@ import XCTest
 /// Every fixture gets its own key prefix, so tests sharing one Redis never see each other's keys.
 final class StoreFixture {
     let server: RedisTestServer?
-    let endpoint: RedisEndpoint
+    let options: RedisOptions
     /// The Redis URL a gateway config would name.
     let url: String
-    let pool: RedisPool
     let store: AttestStore
     let prefix = "test-\(UUID().uuidString.prefix(13))"
+    private let direct: BlockingRedis
 
-    init(poolSize: Int = 16, timeoutMs: Int = 1000) throws {
+    init(timeoutMs: Int = 1000) throws {
         if let url = ProcessInfo.processInfo.environment["TEST_REDIS_URL"], !url.isEmpty {
             server = nil
-            endpoint = try RedisEndpoint.parse(url: url)
+            options = try BlockingRedis.options(url: url, timeoutMs: timeoutMs)
             self.url = url
         } else {
             let own = try RedisTestServer()
             server = own
-            endpoint = own.endpoint
+            options = own.options(timeoutMs: timeoutMs)
             url = "redis://127.0.0.1:\(own.port)/0"
         }
-        pool = try RedisPool(endpoint: endpoint, size: poolSize, timeoutMs: timeoutMs)
-        store = try AttestStore(pool: pool, keyPrefix: prefix)
+        store = try AttestStore(redis: Redis(options: options), keyPrefix: prefix)
+        direct = BlockingRedis(options: options)
     }
 
     /// On a shared Redis, removes this fixture's keys (SCAN, never KEYS); a server of its own just stops.
     deinit {
-        guard server == nil, let connection = try? connection() else { return }
+        guard server == nil else { return }
         var cursor = "0"
         repeat {
-            guard case .array(let page)? = try? connection.command("SCAN", cursor, "MATCH", "\(prefix):*", "COUNT", "1000"),
+            guard case .array(let page)? = try? direct.command("SCAN", cursor, "MATCH", "\(prefix):*", "COUNT", "1000"),
                   page.count == 2, case .string(let next) = page[0], case .array(let names) = page[1] else { return }
-            for case .string(let name) in names { _ = try? connection.command([Array("DEL".utf8), name]) }
+            for case .string(let name) in names { _ = try? direct.command([Array("DEL".utf8), name]) }
             cursor = String(decoding: next, as: UTF8.self)
         } while cursor != "0"
     }
 
-    /// A direct connection for looking behind the store's back (TTL, SCRIPT FLUSH, raw keys).
-    func connection() throws -> RedisConnection {
-        try RedisConnection(endpoint: endpoint, timeoutMs: 1000)
-    }
+    /// A client of its own for looking behind the store's back (TTL, SCRIPT FLUSH, raw keys).
+    func connection() -> BlockingRedis { direct }
 
     /// A key record with a fresh random key id, as registration would store it.
     static func record(environment: AppAttestEnvironment = .production, counter: UInt32 = 0,
@@ -97,8 +95,39 @@ func onThreads<Value: Sendable>(_ count: Int, timeout: TimeInterval = 20,
 }
 
 extension RedisTestServer {
-    var endpoint: RedisEndpoint {
-        RedisEndpoint(address: .tcp(host: "127.0.0.1", port: port), password: password)
+    func options(timeoutMs: Int = 1000) -> RedisOptions {
+        RedisOptions(topology: .single(RedisAddress(host: "127.0.0.1", port: port)), password: password, timeoutMs: timeoutMs)
+    }
+}
+
+/// The Redis client from a test's thread: each command waited for (bounded).
+struct BlockingRedis: Sendable {
+    let redis: Redis
+
+    init(options: RedisOptions) {
+        redis = Redis(options: options)
+    }
+
+    /// `redis://[:password@]host:port[/db]`, as the test runner's TEST_REDIS_URL.
+    static func options(url: String, timeoutMs: Int) throws -> RedisOptions {
+        let parts = try XCTUnwrap(URLComponents(string: url))
+        let database = Int(parts.path.dropFirst()) ?? 0
+        return RedisOptions(topology: .single(RedisAddress(host: try XCTUnwrap(parts.host), port: parts.port ?? 6379)),
+                            password: parts.password?.removingPercentEncoding, database: database, timeoutMs: timeoutMs)
+    }
+
+    func command(_ words: String...) throws -> RedisReply { try command(words.map { Array($0.utf8) }) }
+
+    func command(_ arguments: [[UInt8]]) throws -> RedisReply {
+        let redis = self.redis
+        let outcome = waitFor(timeoutMs: redis.longestCommandMs) { () async -> Unchecked<Result<RedisReply, RedisClientError>> in
+            do throws(RedisClientError) {
+                return Unchecked(.success(try await redis.command(arguments)))
+            } catch {
+                return Unchecked(.failure(error))
+            }
+        }
+        return try XCTUnwrap(outcome, "no answer in time").value.get()
     }
 }
 

@@ -4,8 +4,8 @@ import RedisClient
 import TestSupport
 import XCTest
 
-/// The event-loop Redis client against a real redis-server: pipelining, login, timeouts, reconnection.
-final class LoopRedisClientTests: XCTestCase {
+/// The Redis client on an event loop against a real redis-server: pipelining, login, timeouts, reconnection.
+final class RedisClientSingleServerTests: XCTestCase {
     private var loop: EventLoop!
 
     override func setUpWithError() throws {
@@ -31,16 +31,15 @@ final class LoopRedisClientTests: XCTestCase {
     }
 
     private func client(_ server: RedisTestServer, password: String? = nil, database: Int = 0, timeoutMs: Int = 500,
-                        connections: Int = 2) -> Unchecked<LoopRedisClient> {
-        let login = RedisLogin(host: "127.0.0.1", port: server.port, username: nil, password: password, database: database)
-        let loop: EventLoop = self.loop
-        return Unchecked(loop.sync { LoopRedisClient(loop: loop, login: login, connections: connections, timeoutMs: timeoutMs) })
+                        connections: Int = 2) -> Unchecked<Redis> {
+        Unchecked(Redis(options: RedisOptions(topology: .single(RedisAddress(host: "127.0.0.1", port: server.port)), password: password,
+                                              database: database, timeoutMs: timeoutMs, connectionsPerNode: connections)))
     }
 
     private static func bytes(_ words: String...) -> [[UInt8]] { words.map { Array($0.utf8) } }
 
     /// The error a command ends with, nil when it got a reply.
-    private static func failure(_ redis: Unchecked<LoopRedisClient>, _ words: String...) async -> RedisClientError? {
+    private static func failure(_ redis: Unchecked<Redis>, _ words: String...) async -> RedisClientError? {
         do throws(RedisClientError) {
             _ = try await redis.value.command(words.map { Array($0.utf8) })
             return nil
@@ -83,7 +82,7 @@ final class LoopRedisClientTests: XCTestCase {
         XCTAssertTrue(String(decoding: info, as: UTF8.self).contains("db=3"))
         let bad = client(server, password: "wrong")
         let refused = try onLoop { await Self.failure(bad, "PING") }
-        guard case .unavailable(let message)? = refused else { return XCTFail("a wrong password must fail the command") }
+        guard case .unreachable(let message)? = refused else { return XCTFail("a wrong password must fail the command") }
         XCTAssertTrue(message.contains("AUTH"), message)
         XCTAssertFalse(message.contains("wrong"), "the password is never in an error")
     }
@@ -99,10 +98,10 @@ final class LoopRedisClientTests: XCTestCase {
         server.resume()
         guard case .timeout? = failed else { return XCTFail("expected a timeout, got \(String(describing: failed))") }
         XCTAssertLessThan(Date().timeIntervalSince(started), 2)
-        guard case .unavailable? = try onLoop({ await Self.failure(redis, "PING") }) else {
+        guard case .unreachable? = try onLoop({ await Self.failure(redis, "PING") }) else {
             return XCTFail("right after a timeout the client pauses instead of reconnecting at once")
         }
-        usleep(useconds_t(LoopRedisClient.reconnectPauseMs * 1000 + 50_000))
+        usleep(useconds_t(200_000 + 50_000))  // the reconnect pause
         XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"), "a new connection")
     }
 
@@ -117,6 +116,6 @@ final class LoopRedisClientTests: XCTestCase {
         XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG"))
         server.stop()
         let refused = try onLoop { await Self.failure(redis, "PING") }
-        guard case .unavailable? = refused else { return XCTFail("expected unavailable, got \(String(describing: refused))") }
+        guard case .unreachable? = refused else { return XCTFail("expected unreachable (not sent), got \(String(describing: refused))") }
     }
 }

@@ -1,0 +1,58 @@
+import EventLoop
+
+/// One server from one event loop: a few pipelined connections used in turn. A broken connection is
+/// replaced on the next command, but not within `reconnectPauseMs` of a failed attempt, so an outage does
+/// not turn every request into a connect attempt. Loop thread only.
+final class LoopRedisNode {
+    static let reconnectPauseMs: UInt64 = 200
+
+    let address: RedisAddress
+    private let loop: EventLoop
+    private let options: RedisOptions
+    private let expect: LoopRedisConnection.Expectation
+    private var connections: [LoopRedisConnection?]
+    private var next = 0
+
+    init(loop: EventLoop, address: RedisAddress, options: RedisOptions, expect: LoopRedisConnection.Expectation = .any) {
+        self.loop = loop
+        self.address = address
+        self.options = options
+        self.expect = expect
+        connections = Array(repeating: nil, count: options.connectionsPerNode)
+    }
+
+    /// One command's reply (`asking`: preceded by ASKING on the same connection).
+    func command(_ arguments: [[UInt8]], asking: Bool = false) async throws(RedisClientError) -> RedisReply {
+        let connection = try pick()
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<RedisReply, RedisClientError>>, Never>) in
+            connection.send(arguments, asking: asking) { continuation.resume(returning: Unchecked($0)) }
+        }
+        return try result.value.get()
+    }
+
+    /// Whether the last attempt to reach the server failed a moment ago (callers may look elsewhere).
+    var recentlyFailed: Bool {
+        connections.contains { connection in
+            guard let connection, connection.isClosed, let failed = connection.failedAtMs else { return false }
+            return loop.nowMs < failed + Self.reconnectPauseMs
+        }
+    }
+
+    private func pick() throws(RedisClientError) -> LoopRedisConnection {
+        next = (next + 1) % connections.count
+        if let connection = connections[next] {
+            if !connection.isClosed { return connection }
+            if let failed = connection.failedAtMs, loop.nowMs < failed + Self.reconnectPauseMs {
+                throw .unreachable("Redis at \(address) failed a moment ago (\(connection.failure ?? "closed")); not retried yet")
+            }
+        }
+        let created = LoopRedisConnection(loop: loop, address: address, options: options, expect: expect)
+        connections[next] = created
+        return created
+    }
+
+    func close() {
+        for connection in connections { connection?.close(.unavailable("client released")) }
+        connections = connections.map { _ in nil }
+    }
+}

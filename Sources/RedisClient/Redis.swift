@@ -1,0 +1,91 @@
+import Dispatch
+import EventLoop
+
+/// A Redis deployment (one server, a Cluster, or a Sentinel-managed primary) used from any thread.
+///
+/// On an event loop a command runs on that loop's own pipelined connections (each loop routes for itself,
+/// so a request never waits on a lock or a thread). Callers off the loops — operator commands, the receipt
+/// refresher, start-up — go through one loop this object starts for them: `command` hops there, and
+/// `commandBlocking` waits for it (bounded).
+public final class Redis: @unchecked Sendable {
+    public let options: RedisOptions
+    private let lock = PthreadLock()
+    private var routers: [ObjectIdentifier: (loop: EventLoop, router: any RedisRouting)] = [:]
+    private var ownLoop: EventLoop?
+
+    public init(options: RedisOptions) {
+        self.options = options
+    }
+
+    deinit {
+        for (loop, router) in routers.values {
+            let carried = Unchecked(router)
+            loop.executeOnLoop { carried.value.close() }
+        }
+        ownLoop?.stop()
+    }
+
+    /// One command's reply. `key`: a key it touches (every key of one command shares a Cluster slot), nil
+    /// for keyless commands. Error replies are returned, not thrown; thrown is only "no reply".
+    public func command(_ arguments: [[UInt8]], key: [UInt8]? = nil) async throws(RedisClientError) -> RedisReply {
+        try await onLoop { (router) async throws(RedisClientError) in try await router.command(arguments, key: key) }
+    }
+
+    /// The longest one command may take: discovery, redirects and a login can each take `timeoutMs`.
+    public var longestCommandMs: Int { max(2000, options.timeoutMs * (ClusterRouter.maxRedirects + 4)) }
+
+    /// A subscription to `channel` on a connection of its own (on the helper loop), confirmed within `timeoutMs`.
+    public func subscribe(_ channel: [UInt8]) async throws(RedisClientError) -> RedisSubscription {
+        let loop = try helperLoop()
+        let options = self.options
+        return try await onLoop(loop) { (router) async throws(RedisClientError) in
+            try await RedisSubscription.open(loop: loop, address: router.subscriptionAddress(), options: options, channel: channel)
+        }
+    }
+
+    /// Runs `body` with the router of the current loop, or of the helper loop (hopping there) off the loops.
+    private func onLoop<T>(_ chosen: EventLoop? = nil,
+                           _ body: @escaping (any RedisRouting) async throws(RedisClientError) -> T) async throws(RedisClientError) -> T {
+        if chosen == nil, let loop = EventLoop.current { return try await body(router(on: loop)) }
+        let loop: EventLoop
+        if let chosen { loop = chosen } else { loop = try helperLoop() }
+        let body = Unchecked(body)
+        let result = await withTaskExecutorPreference(loop) { () async -> Unchecked<Result<T, RedisClientError>> in
+            do throws(RedisClientError) {
+                return Unchecked(.success(try await body.value(self.router(on: loop))))
+            } catch {
+                return Unchecked(.failure(error))
+            }
+        }
+        return try result.value.get()
+    }
+
+    /// This loop's router, made on first use (on the loop's thread, as its handles require).
+    private func router(on loop: EventLoop) -> any RedisRouting {
+        lock.withLock {
+            if let existing = routers[ObjectIdentifier(loop)] { return existing.router }
+            let made: any RedisRouting
+            switch options.topology {
+            case .single(let address): made = SingleRouter(loop: loop, address: address, options: options)
+            case .cluster(let seeds): made = ClusterRouter(loop: loop, seeds: seeds, options: options)
+            case .sentinel(let sentinels, let name): made = SentinelRouter(loop: loop, sentinels: sentinels, masterName: name, options: options)
+            }
+            routers[ObjectIdentifier(loop)] = (loop, made)
+            return made
+        }
+    }
+
+    private func helperLoop() throws(RedisClientError) -> EventLoop {
+        lock.lock()
+        defer { lock.unlock() }
+        if let ownLoop { return ownLoop }
+        do throws(LoopError) {
+            let loop = try EventLoop(name: "redis")
+            loop.start()
+            ownLoop = loop
+            return loop
+        } catch {
+            throw .unavailable("cannot start the Redis client's loop: \(error)")
+        }
+    }
+}

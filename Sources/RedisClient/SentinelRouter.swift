@@ -1,0 +1,99 @@
+import EventLoop
+
+/// A primary that sentinels name, from one event loop. The primary is asked of the sentinels (in turn) on
+/// first use and again after its connection failed or it answered as a replica (READONLY, or ROLE at
+/// login): that is how a failover is followed. Asking again waits `resolvePauseMs` between attempts, so a
+/// dead primary the sentinels have not replaced yet costs one question per pause, not one per request.
+final class SentinelRouter: RedisRouting {
+    static let resolvePauseMs: UInt64 = 200
+
+    private let loop: EventLoop
+    private let options: RedisOptions
+    private let masterName: String
+    private var sentinels: [LoopRedisNode]
+    private var primary: LoopRedisNode?
+    private var stale = true
+    private var resolvedAtMs: UInt64 = 0
+    private var resolveFailure: RedisClientError?
+    private let resolving = SingleFlight()
+
+    init(loop: EventLoop, sentinels: [RedisAddress], masterName: String, options: RedisOptions) {
+        self.loop = loop
+        self.options = options
+        self.masterName = masterName
+        // Sentinels take no database, and this build gives them no login of their own.
+        var sentinelOptions = options
+        (sentinelOptions.username, sentinelOptions.password, sentinelOptions.database, sentinelOptions.connectionsPerNode) = (nil, nil, 0, 1)
+        self.sentinels = sentinels.map { LoopRedisNode(loop: loop, address: $0, options: sentinelOptions) }
+    }
+
+    func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
+        var node = try await current()
+        var rerouted = false
+        while true {
+            do throws(RedisClientError) {
+                let reply = try await node.command(arguments)
+                if case .error(let message) = reply, message.hasPrefix("READONLY") || message.hasPrefix("MASTERDOWN") {
+                    stale = true
+                    throw .unavailable("Redis at \(node.address) is no longer the primary of \(masterName): \(message)")
+                }
+                return reply
+            } catch {
+                stale = true
+                // Not sent: if the sentinels name another primary by now, it goes there (once).
+                if case .unreachable = error, !rerouted, let next = try? await current(), next !== node {
+                    (node, rerouted) = (next, true)
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    func subscriptionAddress() async throws(RedisClientError) -> RedisAddress { try await current().address }
+
+    private func current() async throws(RedisClientError) -> LoopRedisNode {
+        if stale, primary == nil || loop.nowMs >= resolvedAtMs + Self.resolvePauseMs {
+            await resolving.run { await resolve() }
+        }
+        guard let primary else {
+            throw resolveFailure ?? .unavailable("no sentinel named the primary of \(masterName)")
+        }
+        return primary
+    }
+
+    /// Asks each sentinel in turn; the first that names the primary is asked first next time.
+    private func resolve() async {
+        resolvedAtMs = loop.nowMs
+        var failures: [String] = []
+        for (index, sentinel) in sentinels.enumerated() {
+            do throws(RedisClientError) {
+                let reply = try await sentinel.command(["SENTINEL", "get-master-addr-by-name", masterName].map { Array($0.utf8) })
+                guard case .array(let fields) = reply, fields.count == 2, case .string(let host) = fields[0],
+                      case .string(let portText) = fields[1], let port = Int(String(decoding: portText, as: UTF8.self)) else {
+                    failures.append("\(sentinel.address) answered \(reply.kind)")
+                    continue
+                }
+                use(RedisAddress(host: String(decoding: host, as: UTF8.self), port: port))
+                sentinels.swapAt(0, index)
+                return
+            } catch {
+                failures.append(error.message)
+            }
+        }
+        resolveFailure = .unavailable("no sentinel named the primary of \(masterName) (\(failures.joined(separator: "; ")))")
+    }
+
+    private func use(_ address: RedisAddress) {
+        stale = false
+        resolveFailure = nil
+        if primary?.address == address { return }
+        primary?.close()
+        primary = LoopRedisNode(loop: loop, address: address, options: options, expect: .primary)
+    }
+
+    func close() {
+        primary?.close()
+        sentinels.forEach { $0.close() }
+    }
+}

@@ -1,0 +1,156 @@
+import AssertionCheck
+import Dispatch
+import Foundation
+import Synchronization
+import TestSupport
+import Upstream
+import XCTest
+
+/// The gateway binary on a real Redis Cluster (3 primaries, 3 replicas) and behind real sentinels, the
+/// deployments shared by the test run: registrations and assertions on every primary, a primary killed
+/// (503 meanwhile, recovery without a restart), a reshard under traffic, a Sentinel failover.
+final class RedisScaleOutTests: XCTestCase {
+    private func clusterGateway(_ cluster: RedisTestCluster) throws -> GatewayEnvironment {
+        try cluster.waitUntilHealthy()
+        let seeds = cluster.seeds.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
+        return try GatewayEnvironment(redisSection: "{ cluster: [\(seeds)], timeout_ms: 300 }")
+    }
+
+    private func registeredApps(_ env: GatewayEnvironment, _ count: Int) throws -> [AppClient] {
+        try (0..<count).map { _ in
+            let app = try env.app()
+            let reply = try app.register()
+            XCTAssertEqual(reply.status, 200, reply.text)
+            return app
+        }
+    }
+
+    /// The slot of the app's key records (`{<key id>}` is their hash tag).
+    private func slot(of app: AppClient, in cluster: RedisTestCluster) throws -> Int {
+        try cluster.slot(ofKey: "{\(Base64.encodeURLSafe(app.device.keyId))}")
+    }
+
+    /// Asks until the answer is 200 (at most `seconds`): recovery without a restart.
+    private func eventuallyAccepted(_ app: AppClient, within seconds: TimeInterval) throws -> Reply {
+        let deadline = Date().addingTimeInterval(seconds)
+        var reply = try app.send(app.signed("GET", "/secure/feed"))
+        while reply.status != 200, Date() < deadline {
+            usleep(200_000)
+            reply = try app.send(app.signed("GET", "/secure/feed"))
+        }
+        return reply
+    }
+
+    func testAClusterServesKeysOnEveryPrimaryAndOutlivesAPrimaryCrash() throws {
+        let cluster = try RedisTestCluster.shared()
+        let env = try clusterGateway(cluster)
+        defer { env.stop() }
+        let apps = try registeredApps(env, 15)
+        for app in apps {
+            let request = try app.signed("GET", "/secure/feed")
+            XCTAssertEqual(try app.send(request).status, 200)
+            XCTAssertEqual(try app.send(request).status, 409, "a replay is refused on a Cluster as on one server")
+            let unbound = try app.get("/assert/challenge").text
+            XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed", challenge: unbound)).status, 200)
+        }
+        let owners = try apps.map { try cluster.owner(ofSlot: slot(of: $0, in: cluster)).port }
+        XCTAssertEqual(Set(owners).count, 3, "15 keys land on all three primaries")
+        XCTAssertEqual(try env.admin("/readyz").status, 200)
+
+        let victimSlot = try slot(of: apps[0], in: cluster)
+        _ = try cluster.owner(ofSlot: victimSlot).query("WAIT", "1", "2000")  // the replica has every record
+        let crashed = try cluster.crashPrimary(servingSlot: victimSlot)
+        defer { XCTAssertNoThrow(try cluster.restore()) }
+        let during = try apps[0].send(apps[0].signed("GET", "/secure/feed"))
+        XCTAssertEqual(during.status, 503, during.text)
+        XCTAssertEqual(during.error, "store_unavailable")
+        let elsewhere = try XCTUnwrap(zip(apps, owners).first { $0.1 != crashed.port }?.0)
+        XCTAssertEqual(try elsewhere.send(elsewhere.signed("GET", "/secure/feed")).status, 200, "other primaries' keys keep working")
+
+        try cluster.waitForPromotion(ofSlot: victimSlot, replacing: crashed)
+        XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the promoted replica is found without a restart")
+        for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost") }
+        XCTAssertFalse(env.gateway.process.lines.contains { $0.contains("CROSSSLOT") })
+    }
+
+    func testReshardingUnderTrafficLosesNoRegistrationAndAcceptsNoReplay() throws {
+        let cluster = try RedisTestCluster.shared()
+        let env = try clusterGateway(cluster)
+        defer { env.stop() }
+        let before = try registeredApps(env, 10)
+        let primaries = try cluster.primaries()
+        XCTAssertEqual(primaries.count, 3)
+
+        struct Tally: Sendable {
+            var registered: [AppClient] = []
+            var statuses: [Int: Int] = [:]
+            var errors: Set<String> = []
+            var wrongAccepts = 0
+        }
+        let tally = Mutex(Tally())
+        let stop = Atomic(false)
+        let done = DispatchGroup()
+        for _ in 0..<2 {
+            done.enter()
+            Thread {
+                defer { done.leave() }
+                while !stop.load(ordering: .relaxed) {
+                    guard let app = try? env.app(), let registration = try? app.register() else { continue }
+                    tally.withLock { $0.statuses[registration.status, default: 0] += 1 }
+                    guard registration.status == 200 else {
+                        tally.withLock { _ = $0.errors.insert(registration.error ?? "") }
+                        continue
+                    }
+                    tally.withLock { $0.registered.append(app) }
+                    guard let request = try? app.signed("GET", "/secure/feed"), let first = try? app.send(request),
+                          let replay = try? app.send(request) else { continue }
+                    tally.withLock {
+                        $0.statuses[first.status, default: 0] += 1
+                        if first.status != 200 { $0.errors.insert(first.error ?? "") }
+                        if replay.status == 200 { $0.wrongAccepts += 1 }
+                    }
+                }
+            }.start()
+        }
+        try cluster.reshard(count: 1500, from: primaries[0], to: primaries[1])
+        stop.store(true, ordering: .relaxed)
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+
+        let result = tally.withLock { $0 }
+        XCTAssertEqual(result.wrongAccepts, 0, "a replay accepted during the reshard")
+        XCTAssertGreaterThan(result.registered.count, 5, "traffic ran during the reshard: \(result.statuses)")
+        // Only a multi-key script caught mid-migration may give up (TRYAGAIN past its retries): 503, never a
+        // wrong answer such as key_unknown.
+        XCTAssertTrue(Set(result.statuses.keys).isSubset(of: [200, 503]), "\(result.statuses) \(result.errors)")
+        XCTAssertTrue(result.errors.isSubset(of: ["store_unavailable"]), "\(result.errors)")
+        for app in before + result.registered {
+            XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost")
+        }
+    }
+
+    func testAGatewayBehindSentinelsFollowsAFailover() throws {
+        let setup = try RedisTestSentinel.shared()
+        try setup.waitUntilSettled()
+        let sentinels = setup.sentinelAddresses.map { "\"\($0)\"" }.joined(separator: ", ")
+        let env = try GatewayEnvironment(redisSection: "{ sentinels: [\(sentinels)], master_name: \(RedisTestSentinel.masterName), timeout_ms: 300 }")
+        defer { env.stop() }
+        let apps = try registeredApps(env, 3)
+        for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200) }
+
+        _ = try setup.primary().query("WAIT", "1", "2000")
+        let old = try setup.crashPrimary()
+        defer { XCTAssertNoThrow(try setup.restore()) }
+        let during = try apps[0].send(apps[0].signed("GET", "/secure/feed"))
+        XCTAssertEqual(during.status, 503, during.text)
+        XCTAssertEqual(during.error, "store_unavailable")
+
+        try setup.waitForFailover(from: old)
+        XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the new primary is found without a restart")
+        for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost") }
+        XCTAssertEqual(try registeredApps(env, 1).count, 1)
+
+        // The old primary returns as a replica: the gateway stays on the new one.
+        try setup.restore()
+        for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200) }
+    }
+}
