@@ -10,7 +10,7 @@ dir=.build-old/$commit
 binary=$dir/src/.build/release/gateway
 if [ -x "$binary" ] && [ -f "$dir/built" ]; then echo "$binary"; exit 0; fi
 git cat-file -e "$commit^{commit}" 2>/dev/null || { echo "build-old: commit $commit is not in this clone" >&2; exit 1; }
-./scripts/install-deps.sh libmicrohttpd-dev >&2
+./scripts/install-deps.sh libmicrohttpd-dev libhiredis-dev >&2
 rm -rf "$dir"
 mkdir -p "$dir/src"
 git archive "$commit" | tar -x -C "$dir/src"

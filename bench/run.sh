@@ -26,7 +26,7 @@ peak=$(tr ' ' '\n' <<< "$levels" | sort -n | tail -1)
 level_count=$(wc -w <<< "$levels")
 
 # --- Tools --------------------------------------------------------------------------------------------
-./scripts/install-deps.sh libssl-dev libcbor-dev libcurl4-openssl-dev libhiredis-dev libuv1-dev libhttp-parser-dev libyaml-dev \
+./scripts/install-deps.sh libssl-dev libcbor-dev libcurl4-openssl-dev libuv1-dev libhttp-parser-dev libyaml-dev \
     pkg-config redis-server python3 python3-venv nginx wrk openssl curl procps
 ./scripts/release-build.sh
 gateway=.build/release/gateway

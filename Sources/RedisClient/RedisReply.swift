@@ -1,4 +1,4 @@
-/// One reply of the Redis protocol, copied out of hiredis' memory.
+/// One reply of the Redis protocol (RESP2).
 public enum RedisReply: Equatable, Sendable {
     case string([UInt8])
     case status(String)
