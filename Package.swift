@@ -20,6 +20,8 @@ let package = Package(
     ],
     targets: [
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
+        // libssl (and libcrypto) for TLS to Redis; only RedisClient's TLSStream imports it.
+        systemLibrary("CTLS", pkgConfig: "openssl", apt: "libssl-dev"),
         systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
         systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
         systemLibrary("CHiredis", pkgConfig: "hiredis", apt: "libhiredis-dev"),
@@ -36,7 +38,7 @@ let package = Package(
         // Event-loop threads (libuv) that are Swift task executors, and a bounded pool for blocking work.
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
         // Redis from the event loops: RESP over the loop's own sockets, pipelined, every command bounded in time.
-        .target(name: "RedisClient", dependencies: ["EventLoop"]),
+        .target(name: "RedisClient", dependencies: ["EventLoop", "CTLS"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
         .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient", "CHiredis"]),
         // libcurl transport to the protected API.
