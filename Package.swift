@@ -20,6 +20,8 @@ let package = Package(
     ],
     targets: [
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
+        // libssl (and libcrypto) for TLS to Redis; only RedisClient's TLSStream imports it.
+        systemLibrary("CTLS", pkgConfig: "openssl", apt: "libssl-dev"),
         systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
         systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
         systemLibrary("CLibUV", pkgConfig: "libuv", apt: "libuv1-dev"),
@@ -36,7 +38,7 @@ let package = Package(
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
         // Redis from the event loops: RESP over the loop's own sockets (TCP or TLS), pipelined, every command bounded
         // in time; one server, a Cluster (slot map, MOVED/ASK) or a Sentinel-managed primary.
-        .target(name: "RedisClient", dependencies: ["EventLoop"]),
+        .target(name: "RedisClient", dependencies: ["EventLoop", "CTLS"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
         .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient"]),
         // libcurl transport to the protected API.

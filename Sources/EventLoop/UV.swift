@@ -88,6 +88,8 @@ public func releaseFreedMemory() { _ = malloc_trim(0) }
 public struct LoopError: Error, CustomStringConvertible, Sendable {
     public let operation: String
     public let code: Int32
+    /// `code` is a negative errno (libuv's convention on Unix), e.g. `-EPROTO` for a TLS layer that failed.
+    public init(operation: String, code: Int32) { (self.operation, self.code) = (operation, code) }
     public var description: String { "\(operation): \(String(cString: uv_strerror(code)))" }
 }
 
