@@ -154,3 +154,64 @@ final class RedisScaleOutTests: XCTestCase {
         for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200) }
     }
 }
+
+/// The gateway binary over TLS to Redis: one server (`rediss://`, a client certificate where the server
+/// requires one), a Cluster whose nodes speak only TLS, and a wrong CA refused with a clear error.
+final class RedisTLSTests: XCTestCase {
+    func testOneServerOverTLSWithAClientCertificate() throws {
+        let server = try RedisTLSTestServer(password: "tls-secret", requireClientCertificate: true)
+        defer { server.stop() }
+        let certificates = server.certificates
+        let env = try GatewayEnvironment(redisSection: """
+            { url: "rediss://:tls-secret@localhost:\(server.port)/0", timeout_ms: 1000,
+                     tls: { ca_file: "\(certificates.caFile)", cert_file: "\(certificates.clientCertFile)", key_file: "\(certificates.clientKeyFile)" } }
+            """)
+        defer { env.stop() }
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let request = try app.signed("GET", "/secure/feed")
+        XCTAssertEqual(try app.send(request).status, 200)
+        XCTAssertEqual(try app.send(request).status, 409)
+        XCTAssertEqual(try env.admin("/readyz").status, 200)
+        XCTAssertFalse(try server.node.query("KEYS", "aag:*").isEmpty, "the records are on the TLS server")
+    }
+
+    func testAWrongCAIsRefusedWithAClearError() throws {
+        let server = try RedisTLSTestServer()
+        defer { server.stop() }
+        let env = try GatewayEnvironment(redisSection: """
+            { url: "rediss://localhost:\(server.port)/0", timeout_ms: 1000, tls: { ca_file: "\(server.certificates.wrongCAFile)" } }
+            """)
+        defer { env.stop() }
+        XCTAssertEqual(try env.admin("/readyz").status, 503)
+        let refused = try env.app().get("/attest/challenge")  // the shared challenge secret is in Redis
+        XCTAssertEqual(refused.status, 503, refused.text)
+        XCTAssertEqual(refused.error, "store_unavailable")
+        XCTAssertTrue(refused.text.contains("certificate verify failed"), refused.text)
+        let keys = try Command.run(TestPaths.gatewayBinary, ["keys", "show", Base64.encode([UInt8](repeating: 7, count: 32)), "--config", env.gateway.configPath])
+        XCTAssertNotEqual(keys.status, 0)
+        XCTAssertTrue(keys.output.contains("certificate verify failed"), keys.output)
+    }
+
+    func testAClusterOfTLSNodes() throws {
+        let certificates = try TestCertificates()
+        let cluster = try RedisTestCluster(certificates: certificates)
+        defer { cluster.stop() }
+        let seeds = cluster.seeds.prefix(2).map { "\"\($0)\"" }.joined(separator: ", ")
+        let env = try GatewayEnvironment(redisSection: """
+            { cluster: [\(seeds)], timeout_ms: 1000,
+                     tls: { ca_file: "\(certificates.caFile)", cert_file: "\(certificates.clientCertFile)", key_file: "\(certificates.clientKeyFile)" } }
+            """)
+        defer { env.stop() }
+        var owners: Set<Int> = []
+        for _ in 0..<12 {
+            let app = try env.app()
+            XCTAssertEqual(try app.register().status, 200)
+            let request = try app.signed("GET", "/secure/feed")
+            XCTAssertEqual(try app.send(request).status, 200)
+            XCTAssertEqual(try app.send(request).status, 409)
+            owners.insert(try cluster.owner(ofSlot: cluster.slot(ofKey: "{\(Base64.encodeURLSafe(app.device.keyId))}")).port)
+        }
+        XCTAssertGreaterThan(owners.count, 1, "keys on several TLS primaries, reached through MOVED-free routing")
+    }
+}

@@ -306,8 +306,8 @@ final class TLSStreamTests: XCTestCase {
             close(stream)
             XCTFail("the handshake must fail")
             return ""
-        case .failure(.unavailable(let message)), .failure(.timeout(let message)):
-            return message
+        case .failure(let error):
+            return error.message
         }
     }
 

@@ -14,6 +14,8 @@ public final class RedisTestCluster: @unchecked Sendable {
     public let directory: String
     /// `requirepass` and `masterauth` of every node, when given.
     public let password: String?
+    /// With certificates, every node speaks only TLS (clients, the cluster bus, replication).
+    public let certificates: TestCertificates?
 
     /// "127.0.0.1:port" of every node: what `redis.cluster` lists.
     public var seeds: [String] { nodes.map(\.address) }
@@ -40,11 +42,19 @@ public final class RedisTestCluster: @unchecked Sendable {
         }
     }
 
-    public init(password: String? = nil) throws {
+    public init(password: String? = nil, certificates: TestCertificates? = nil) throws {
         directory = TestPaths.temporaryDirectory("redis-cluster")
         self.password = password
+        self.certificates = certificates
         var started: [RedisNode] = []
         let login = password.map { ["--requirepass", $0, "--masterauth", $0] } ?? []
+        let tls = certificates.map {
+            ["--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file", $0.serverCertFile, "--tls-key-file", $0.serverKeyFile,
+             // The bus and replication connect as clients: with the client certificate (the server's is serverAuth only).
+             "--tls-client-cert-file", $0.clientCertFile, "--tls-client-key-file", $0.clientKeyFile,
+             "--tls-ca-cert-file", $0.caFile, "--tls-auth-clients", "optional"]
+        } ?? []
+        let cliOptions = Self.cliOptions(password: password, certificates: certificates)
         for _ in 0..<6 {
             started.append(try RedisNode.launch(directory: directory) { [directory] port in
                 RedisNode(port: port, directory: directory,
@@ -52,14 +62,13 @@ public final class RedisTestCluster: @unchecked Sendable {
                                       "--cluster-node-timeout", String(Self.nodeTimeoutMs),
                                       // A replica may take over however long ago it last heard from its primary
                                       // (an idle test cluster would otherwise refuse: "data too old").
-                                      "--cluster-replica-validity-factor", "0", "--repl-ping-replica-period", "1"] + login,
-                          cliOptions: password.map { ["-a", $0] } ?? [])
+                                      "--cluster-replica-validity-factor", "0", "--repl-ping-replica-period", "1"] + login + tls,
+                          portArgument: certificates == nil ? "--port" : "--tls-port", cliOptions: cliOptions)
             })
         }
         nodes = started
         let create = try Command.run("redis-cli", ["--cluster", "create"] + started.map(\.address)
-                                     + ["--cluster-replicas", "1", "--cluster-yes"] + (password.map { ["-a", $0, "--no-auth-warning"] } ?? []),
-                                     timeout: 60)
+                                     + ["--cluster-replicas", "1", "--cluster-yes"] + redisCLIOptions, timeout: 60)
         guard create.status == 0 else {
             stop()
             throw TestSupportError("redis-cli --cluster create failed: \(create.output)")
@@ -133,7 +142,7 @@ public final class RedisTestCluster: @unchecked Sendable {
     /// running node reports cluster_state:ok, and every replica is in sync with its primary.
     public func isHealthy() throws -> Bool {
         guard let node = nodes.first(where: \.isRunning) else { return false }
-        let check = try Command.run("redis-cli", ["--cluster", "check", node.address] + passwordOptions, timeout: 20)
+        let check = try Command.run("redis-cli", ["--cluster", "check", node.address] + redisCLIOptions, timeout: 20)
         guard check.status == 0, check.output.contains("[OK] All 16384 slots covered."),
               !check.output.contains("[WARNING]"), !check.output.contains("[ERR]") else { return false }
         return try nodes.filter(\.isRunning).allSatisfy { node in
@@ -186,7 +195,7 @@ public final class RedisTestCluster: @unchecked Sendable {
     public func reshard(count: Int, from source: RedisNode, to target: RedisNode, timeout: TimeInterval = 60) throws {
         let result = try Command.run("redis-cli", ["--cluster", "reshard", source.address, "--cluster-from", try nodeId(source),
                                                    "--cluster-to", try nodeId(target), "--cluster-slots", String(count),
-                                                   "--cluster-yes"] + passwordOptions, timeout: timeout)
+                                                   "--cluster-yes"] + redisCLIOptions, timeout: timeout)
         guard result.status == 0 else { throw TestSupportError("reshard failed: \(result.output.suffix(2000))") }
         try waitUntilHealthy()
     }
@@ -231,5 +240,11 @@ public final class RedisTestCluster: @unchecked Sendable {
         try waitUntilHealthy()
     }
 
-    private var passwordOptions: [String] { password.map { ["-a", $0, "--no-auth-warning"] } ?? [] }
+    /// What redis-cli needs besides the address: the password, TLS with the test CA.
+    private var redisCLIOptions: [String] { Self.cliOptions(password: password, certificates: certificates) }
+
+    private static func cliOptions(password: String?, certificates: TestCertificates?) -> [String] {
+        (password.map { ["-a", $0, "--no-auth-warning"] } ?? [])
+            + (certificates.map { ["--tls", "--cacert", $0.caFile, "--cert", $0.clientCertFile, "--key", $0.clientKeyFile] } ?? [])
+    }
 }
