@@ -45,11 +45,20 @@ extension AttestStore {
     /// The challenge HMAC secret every gateway on this Redis shares: `candidate` if none was stored yet
     /// (SET NX: the first gateway to ask decides), otherwise the stored one.
     public func sharedChallengeSecret(candidate: [UInt8]) throws(StoreError) -> [UInt8] {
-        let reply = try transport.sendBlocking(.script(scripts.challengeSecret, keys: [keys.challengeSecret], arguments: [candidate]))
-        switch reply {
-        case .string(let secret) where secret.count >= 32: return secret
-        case .string: throw .unexpectedReply("the challenge secret stored in Redis is shorter than 32 bytes")
-        default: throw reply.storeError(context: "script challenge_secret")
+        try transport.perform(secretOperation(candidate: candidate))
+    }
+
+    public func sharedChallengeSecret(candidate: [UInt8]) async throws(StoreError) -> [UInt8] {
+        try await transport.perform(secretOperation(candidate: candidate))
+    }
+
+    private func secretOperation(candidate: [UInt8]) -> Prepared<[UInt8]> {
+        .send(.script(scripts.challengeSecret, keys: [keys.challengeSecret], arguments: [candidate])) { (reply) throws(StoreError) -> [UInt8] in
+            switch reply {
+            case .string(let secret) where secret.count >= 32: return secret
+            case .string: throw .unexpectedReply("the challenge secret stored in Redis is shorter than 32 bytes")
+            default: throw reply.storeError(context: "script challenge_secret")
+            }
         }
     }
 }

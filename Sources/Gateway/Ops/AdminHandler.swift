@@ -34,14 +34,14 @@ final class AdminHandler: WholeRequestHandler, @unchecked Sendable {
             return await proxy.runtime.store.ping() ? text(200, "ready\n") : HTTPResponse.error(status: 503, reason: "store_unavailable", message: "Redis does not answer PING")
         case "/metrics":
             return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain; version=0.0.4")],
-                                body: .bytes(Array(metricsText().utf8)))
+                                body: .bytes(Array(await metricsText().utf8)))
         default:
             return HTTPResponse.error(status: 404, reason: "route_not_found", message: "admin endpoints: /healthz /readyz /metrics")
         }
     }
 
     /// Counters and histograms, then what is read at scrape time: gauges, Redis' answer, build and process.
-    private func metricsText() -> String {
+    private func metricsText() async -> String {
         let runtime = proxy.runtime
         var gauges = [
             (name: "gateway_key_cache_entries", help: "Public keys cached in process.", value: Double(proxy.keyCache.count)),
@@ -50,9 +50,9 @@ final class AdminHandler: WholeRequestHandler, @unchecked Sendable {
             (name: "gateway_in_flight_requests", help: "Requests received and not yet fully answered.",
              value: Double(listener.inFlightRequests)),
             (name: "gateway_store_up", help: "1 when Redis answered PING at this scrape, else 0.",
-             value: runtime.store.ping() ? 1.0 : 0.0),
+             value: await runtime.store.ping() ? 1.0 : 0.0),
         ]
-        if runtime.apple != nil, let due = try? runtime.store.dueReceiptCount(now: Date()) {
+        if runtime.apple != nil, let due = try? await runtime.store.dueReceiptCount(now: Date()) {
             gauges.append((name: "gateway_receipt_refresh_backlog", help: "Keys whose receipt refresh is due and not yet taken by a refresher.",
                            value: Double(due)))
         }

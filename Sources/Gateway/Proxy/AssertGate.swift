@@ -62,7 +62,7 @@ struct AssertGate {
         // A challenge issued for one key id is checked once that key id is known (after recovery);
         // any other is checked before the public-key work.
         var use: ChallengeUse?
-        let codec = challenge == nil ? nil : try challenges.codec()
+        let codec = challenge == nil ? nil : try await challenges.codec()
         let deferred = challenge.map { namedKeyId == nil && ChallengeCodec.isBound($0) } ?? false
         if let challenge, let codec, !deferred { use = try codec.check(challenge, kind: .assert, keyId: namedKeyId) }
         let (keyId, key) = if let namedKeyId {

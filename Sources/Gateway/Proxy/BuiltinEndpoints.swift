@@ -59,9 +59,9 @@ struct BuiltinEndpoints {
         switch endpoint {
         case .attestChallenge:
             try admitChallenge(record)
-            return challengeResponse(try runtime.challenges.codec().issue(.attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds))
+            return challengeResponse(try await runtime.challenges.codec().issue(.attest, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds))
         case .assertChallenge:
-            return challengeResponse(try assertChallenge(request, record: record))
+            return challengeResponse(try await assertChallenge(request, record: record))
         case .attestVerify:
             return try await offload { () throws(GatewayError) in try register(request, record: record) }
         case .verifyDevice:
@@ -93,7 +93,7 @@ struct BuiltinEndpoints {
     }
 
     /// Without `key_id` any key may use the challenge (once); with it, only that key (the key id is MAC'd).
-    private func assertChallenge(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> String {
+    private func assertChallenge(_ request: HTTPRequest, record: RequestRecord) async throws(GatewayError) -> String {
         var keyId: [UInt8]?
         if let keyIdText = QueryString.value(of: "key_id", in: request.query) {
             guard let bytes = Base64.decode(keyIdText), bytes.count == 32 else {
@@ -102,7 +102,7 @@ struct BuiltinEndpoints {
             keyId = bytes
         }
         try admitChallenge(record)
-        return try runtime.challenges.codec().issue(.assert, keyId: keyId, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds)
+        return try await runtime.challenges.codec().issue(.assert, keyId: keyId, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds)
     }
 
     /// `app_attest.challenge_rate_limit`, per client address (`server.trusted_proxies` applied).
@@ -121,7 +121,7 @@ struct BuiltinEndpoints {
         let registration = try RegistrationRequest(request.body)
         record.keyId = Base64.encode(registration.keyId)
         guard let challengeText = String(validating: registration.challenge, as: UTF8.self) else { throw .challengeInvalid }
-        let challenge = try runtime.challenges.codec().check(challengeText, kind: .attest, keyId: nil)
+        let challenge = try runtime.challenges.codecBlocking().check(challengeText, kind: .attest, keyId: nil)
         let start = DispatchTime.now().uptimeNanoseconds
         let key: AttestedKey
         do {

@@ -120,14 +120,28 @@ final class ChallengeAuthority: Sendable {
     }
 
     /// The codec, asking Redis for the shared secret the first time (a failure is retried on the next call).
-    func codec() throws(GatewayError) -> ChallengeCodec {
+    func codec() async throws(GatewayError) -> ChallengeCodec {
         if let codec = loaded.withLock({ $0 }) { return codec }
-        let secret: [UInt8]
         do {
-            secret = try store.sharedChallengeSecret(candidate: Array(Base64.encode(SecureRandom.bytes(32)).utf8))
+            return install(try await store.sharedChallengeSecret(candidate: Self.candidate()))
         } catch {
             throw GatewayError(error)
         }
+    }
+
+    /// The same for a thread that may block (registration).
+    func codecBlocking() throws(GatewayError) -> ChallengeCodec {
+        if let codec = loaded.withLock({ $0 }) { return codec }
+        do {
+            return install(try store.sharedChallengeSecret(candidate: Self.candidate()))
+        } catch {
+            throw GatewayError(error)
+        }
+    }
+
+    private static func candidate() -> [UInt8] { Array(Base64.encode(SecureRandom.bytes(32)).utf8) }
+
+    private func install(_ secret: [UInt8]) -> ChallengeCodec {
         let codec = ChallengeCodec(secrets: ChallengeSecrets([secret]))
         loaded.withLock { $0 = codec }
         return codec
