@@ -14,7 +14,7 @@ final class ClusterRouter: RedisRouting {
     private let options: RedisOptions
     private let seeds: [RedisAddress]
     /// Each slot's primary; empty until discovered.
-    private var owners: [RedisAddress?] = []
+    private var owners = SlotOwners()
     private var nodes: [RedisAddress: LoopRedisNode] = [:]
     private let refreshing = SingleFlight()
     private var refreshedAtMs: UInt64 = 0
@@ -60,7 +60,7 @@ final class ClusterRouter: RedisRouting {
             switch redirect {
             case .moved(let movedSlot, let to):
                 let address = to.host.isEmpty ? RedisAddress(host: target.host, port: to.port) : to
-                if owners.indices.contains(movedSlot) { owners[movedSlot] = address }
+                owners.assign(movedSlot, to: address)
                 refreshSoon()
                 (target, asking) = (address, false)
                 moves += 1
@@ -92,14 +92,15 @@ final class ClusterRouter: RedisRouting {
     /// The slot's primary; any known primary for keyless commands.
     private func owner(of slot: Int?) throws(RedisClientError) -> RedisAddress {
         if let slot {
-            guard let address = owners[slot] else {
+            guard let address = owners.owner(of: slot) else {
                 refreshSoon()
                 throw .unavailable("no Redis Cluster node serves slot \(slot)")
             }
             return address
         }
-        guard let address = owners.lazy.compactMap({ $0 }).first(where: { !(self.nodes[$0]?.recentlyFailed ?? false) })
-            ?? owners.lazy.compactMap({ $0 }).first else { throw .unavailable("the Redis Cluster map names no node") }
+        guard let address = owners.primaries.first(where: { !(nodes[$0]?.recentlyFailed ?? false) }) ?? owners.primaries.first else {
+            throw .unavailable("the Redis Cluster map names no node")
+        }
         return address
     }
 
@@ -135,14 +136,14 @@ final class ClusterRouter: RedisRouting {
     /// Asks the known primaries, then the seeds, for the slot map; the first complete answer wins.
     private func refresh() async {
         refreshedAtMs = loop.nowMs
-        let known = Set(owners.compactMap { $0 })
+        let known = Set(owners.primaries)
         let candidates = known.sorted { ($0.host, $0.port) < ($1.host, $1.port) }.filter { !(nodes[$0]?.recentlyFailed ?? false) }
             + seeds.filter { !known.contains($0) || nodes[$0]?.recentlyFailed == true }
         var failures: [String] = []
         for address in candidates {
             do throws(RedisClientError) {
                 let reply = try await node(address).command([Array("CLUSTER".utf8), Array("SLOTS".utf8)])
-                guard let map = ClusterSlots.primaries(reply, asked: address) else {
+                guard let map = SlotOwners(reply, asked: address) else {
                     failures.append("\(address): CLUSTER SLOTS answered \(reply.kind)")
                     continue
                 }
@@ -157,9 +158,9 @@ final class ClusterRouter: RedisRouting {
     }
 
     /// The new map; nodes that are neither primaries in it nor seeds are closed.
-    private func install(_ map: [RedisAddress?]) {
+    private func install(_ map: SlotOwners) {
         owners = map
-        let keep = Set(map.compactMap { $0 }).union(seeds)
+        let keep = Set(map.primaries).union(seeds)
         for (address, node) in nodes where !keep.contains(address) {
             node.close()
             nodes[address] = nil

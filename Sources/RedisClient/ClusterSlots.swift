@@ -21,23 +21,6 @@ enum ClusterSlots {
         return crc
     }
 
-    /// Each slot's primary, from a CLUSTER SLOTS reply (`[[start, end, [host, port, id, …], replicas…], …]`).
-    /// A node that reports no host is `asked` itself. Nil when the reply is not such a map.
-    static func primaries(_ reply: RedisReply, asked: RedisAddress) -> [RedisAddress?]? {
-        guard case .array(let ranges) = reply else { return nil }
-        var owners = [RedisAddress?](repeating: nil, count: count)
-        for range in ranges {
-            guard case .array(let fields) = range, fields.count >= 3, case .integer(let start) = fields[0],
-                  case .integer(let end) = fields[1], 0 <= start, start <= end, end < count,
-                  case .array(let node) = fields[2], node.count >= 2, case .string(let host) = node[0],
-                  case .integer(let port) = node[1], (1...65535).contains(port) else { return nil }
-            let address = host.isEmpty || host == Array("?".utf8)
-                ? asked : RedisAddress(host: String(decoding: host, as: UTF8.self), port: Int(port))
-            for slot in Int(start)...Int(end) { owners[slot] = address }
-        }
-        return owners
-    }
-
     /// What an error reply asks of a Cluster client.
     enum Redirect: Equatable {
         /// The slot lives elsewhere now: update the map.
@@ -57,5 +40,47 @@ enum ClusterSlots {
         if host.hasPrefix("["), host.hasSuffix("]") { host = host.dropFirst().dropLast() }
         let address = RedisAddress(host: String(host), port: port)
         return words[0] == "MOVED" ? .moved(slot: slot, to: address) : .ask(address)
+    }
+}
+
+/// Which primary serves each slot: an index per slot into the primaries' addresses (32 KiB, not an address
+/// per slot).
+struct SlotOwners {
+    private static let none = UInt16.max
+    private var slots = [UInt16](repeating: none, count: ClusterSlots.count)
+    private(set) var primaries: [RedisAddress] = []
+
+    init() {}
+
+    /// From a CLUSTER SLOTS reply (`[[start, end, [host, port, id, …], replicas…], …]`); a node that reports
+    /// no host is `asked` itself. Nil when the reply is not such a map.
+    init?(_ reply: RedisReply, asked: RedisAddress) {
+        guard case .array(let ranges) = reply else { return nil }
+        for range in ranges {
+            guard case .array(let fields) = range, fields.count >= 3, case .integer(let start) = fields[0],
+                  case .integer(let end) = fields[1], 0 <= start, start <= end, end < ClusterSlots.count,
+                  case .array(let node) = fields[2], node.count >= 2, case .string(let host) = node[0],
+                  case .integer(let port) = node[1], (1...65535).contains(port) else { return nil }
+            let address = host.isEmpty || host == Array("?".utf8)
+                ? asked : RedisAddress(host: String(decoding: host, as: UTF8.self), port: Int(port))
+            for slot in Int(start)...Int(end) { assign(slot, to: address) }
+        }
+    }
+
+    var isEmpty: Bool { primaries.isEmpty }
+
+    func owner(of slot: Int) -> RedisAddress? {
+        let index = slots[slot]
+        return index == Self.none ? nil : primaries[Int(index)]
+    }
+
+    mutating func assign(_ slot: Int, to address: RedisAddress) {
+        guard slots.indices.contains(slot) else { return }
+        if let index = primaries.firstIndex(of: address) {
+            slots[slot] = UInt16(index)
+        } else {
+            primaries.append(address)
+            slots[slot] = UInt16(primaries.count - 1)
+        }
     }
 }

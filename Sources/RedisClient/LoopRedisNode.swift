@@ -30,6 +30,9 @@ final class LoopRedisNode {
         return try result.value.get()
     }
 
+    /// A connection is up (or being opened): commands need no new one.
+    var isConnected: Bool { connections.contains { $0.map { !$0.isClosed } ?? false } }
+
     /// Whether the last attempt to reach the server failed a moment ago (callers may look elsewhere).
     var recentlyFailed: Bool {
         connections.contains { connection in

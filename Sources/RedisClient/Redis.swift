@@ -5,8 +5,8 @@ import EventLoop
 ///
 /// On an event loop a command runs on that loop's own pipelined connections (each loop routes for itself,
 /// so a request never waits on a lock or a thread). Callers off the loops — operator commands, the receipt
-/// refresher, start-up — go through one loop this object starts for them: `command` hops there, and
-/// `commandBlocking` waits for it (bounded).
+/// refresher, start-up — go through one loop this object starts for them (`command` hops there; such callers
+/// wait with `waitFor`).
 public final class Redis: @unchecked Sendable {
     public let options: RedisOptions
     private let lock = PthreadLock()

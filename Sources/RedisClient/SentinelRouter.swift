@@ -1,9 +1,10 @@
 import EventLoop
 
-/// A primary that sentinels name, from one event loop. The primary is asked of the sentinels (in turn) on
-/// first use and again after its connection failed or it answered as a replica (READONLY, or ROLE at
-/// login): that is how a failover is followed. Asking again waits `resolvePauseMs` between attempts, so a
-/// dead primary the sentinels have not replaced yet costs one question per pause, not one per request.
+/// A primary that sentinels name, from one event loop. The primary is asked of the sentinels (in turn)
+/// before every new connection to it — so a loop that was idle through a failover never reconnects to the
+/// old primary, even once it is back — and again after a failure or a READONLY reply; ROLE is checked at
+/// login. Asking again waits `resolvePauseMs` between attempts, so a dead primary the sentinels have not
+/// replaced yet costs one question per pause, not one per request.
 final class SentinelRouter: RedisRouting {
     static let resolvePauseMs: UInt64 = 200
 
@@ -53,7 +54,8 @@ final class SentinelRouter: RedisRouting {
     func subscriptionAddress() async throws(RedisClientError) -> RedisAddress { try await current().address }
 
     private func current() async throws(RedisClientError) -> LoopRedisNode {
-        if stale, primary == nil || loop.nowMs >= resolvedAtMs + Self.resolvePauseMs {
+        let reconnecting = !(primary?.isConnected ?? false)
+        if stale || reconnecting, primary == nil || loop.nowMs >= resolvedAtMs + Self.resolvePauseMs {
             await resolving.run { await resolve() }
         }
         guard let primary else {
