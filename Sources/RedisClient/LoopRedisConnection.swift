@@ -87,15 +87,15 @@ final class LoopRedisConnection: TCPConnectionDelegate {
         let address = self.address
         if let password = options.password {
             send(["AUTH"] + (options.username.map { [$0] } ?? []) + [password]) { [weak self] result in
-                self?.expect(result, "AUTH") { $0 == .status("OK") }
+                self?.require(result, "AUTH") { $0 == .status("OK") }
             }
         }
         if options.database != 0 {
-            send(["SELECT", String(options.database)]) { [weak self] result in self?.expect(result, "SELECT") { $0 == .status("OK") } }
+            send(["SELECT", String(options.database)]) { [weak self] result in self?.require(result, "SELECT") { $0 == .status("OK") } }
         }
         if expect == .primary {
             send(["ROLE"]) { [weak self] result in
-                self?.expect(result, "ROLE", refusal: "\(address) is not the primary (a replica after a failover?)") { reply in
+                self?.require(result, "ROLE", refusal: "\(address) is not the primary (a replica after a failover?)") { reply in
                     guard case .array(let items) = reply, case .string(let role)? = items.first else { return false }
                     return role == Array("master".utf8)
                 }
@@ -107,7 +107,7 @@ final class LoopRedisConnection: TCPConnectionDelegate {
         send(words.map { Array($0.utf8) }, reply: reply)
     }
 
-    private func expect(_ result: Result<RedisReply, RedisClientError>, _ command: String, refusal: String? = nil,
+    private func require(_ result: Result<RedisReply, RedisClientError>, _ command: String, refusal: String? = nil,
                         _ accepted: (RedisReply) -> Bool) {
         guard case .success(let reply) = result, !accepted(reply) else { return }
         close(.unavailable(refusal ?? "\(command) on Redis at \(address) failed: \(reply.kind)"), refused: true)
