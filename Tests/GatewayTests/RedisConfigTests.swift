@@ -136,7 +136,7 @@ final class RedisConfigTests: XCTestCase {
     func testTLSFilesAreCheckedForPEMShapeAndRedissTurnsTLSOn() throws {
         let certificates = try TestCertificates(directory: directory)
         let rediss = try config("  url: \"rediss://:pw@redis.example.com:6380/0\"")
-        XCTAssertEqual(rediss.tls, RedisTLS(caFile: nil, certFile: nil, keyFile: nil, serverName: nil), "system CAs by default")
+        XCTAssertEqual(rediss.tls, RedisTLSSettings(), "system CAs by default")
         XCTAssertEqual(rediss.redacted, "rediss://:***@redis.example.com:6380/0")
         XCTAssertNotNil(try rediss.options().tls, "rediss:// turns TLS on")
         XCTAssertNil(try config("  url: \"redis://127.0.0.1/0\"").options().tls)
@@ -145,9 +145,9 @@ final class RedisConfigTests: XCTestCase {
               cluster: ["127.0.0.1:7000"]
               tls: { ca_file: ca.crt, cert_file: client.crt, key_file: client.key, server_name: redis.internal }
             """)
-        XCTAssertEqual(full.tls, RedisTLS(caFile: certificates.caFile, certFile: certificates.clientCertFile,
+        XCTAssertEqual(full.tls, RedisTLSSettings(caFile: certificates.caFile, certFile: certificates.clientCertFile,
                                           keyFile: certificates.clientKeyFile, serverName: "redis.internal"))
-        XCTAssertEqual(try config("  sentinels: [\"s:1\"]\n  master_name: m\n  tls: {}").tls, RedisTLS(caFile: nil, certFile: nil, keyFile: nil, serverName: nil))
+        XCTAssertEqual(try config("  sentinels: [\"s:1\"]\n  master_name: m\n  tls: {}").tls, RedisTLSSettings())
 
         try write("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n", "broken.crt")
         XCTAssertEqual(issues("""

@@ -149,8 +149,7 @@ extension RedisConfig {
         var context: RedisTLSContext?
         if let tls {
             do throws(RedisTLSError) {
-                context = try RedisTLSContext(RedisTLSSettings(caFile: tls.caFile, certFile: tls.certFile, keyFile: tls.keyFile,
-                                                               serverName: tls.serverName))
+                context = try RedisTLSContext(tls)
             } catch {
                 throw .invalidArgument("redis.tls: \(error.message)")
             }

@@ -1,4 +1,5 @@
 import Foundation
+import RedisClient
 import Upstream
 /// `redis:` — where challenges, counters and attested keys live.
 public struct RedisConfig: Sendable, Equatable {
@@ -16,7 +17,7 @@ public struct RedisConfig: Sendable, Equatable {
     /// One server (`url`), a Cluster (`cluster`) or a Sentinel-managed primary (`sentinels`).
     public let topology: RedisTopology
     /// Set for `rediss://` URLs and whenever `redis.tls` is present.
-    public let tls: RedisTLS?
+    public let tls: RedisTLSSettings?
     public let poolSize: Int
     public let timeoutMs: Int
     /// Prepended to every key ("aag:…") so the gateway can share a Redis.
@@ -30,7 +31,7 @@ public struct RedisConfig: Sendable, Equatable {
         let url = topology == .single ? section.string("url", default: defaultURL) : ""
         let parsed = topology == .single ? parse(url, at: urlValue) : nil
         let endpoint = parsed ?? Endpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, password: nil, isTLS: false)
-        let tls = RedisTLS.read(section.optional("tls"), urlIsTLS: endpoint.isTLS, topology: topology, baseDirectory: baseDirectory)
+        let tls = RedisTLSSettings.read(section.optional("tls"), urlIsTLS: endpoint.isTLS, topology: topology, baseDirectory: baseDirectory)
         let login = readLogin(section, fromURL: (endpoint.username, endpoint.password), urlValue: urlValue, baseDirectory: baseDirectory)
         let keyPrefix = section.string("key_prefix", default: "aag")
         if keyPrefix.isEmpty || keyPrefix.count > 64

@@ -1,21 +1,14 @@
 import Foundation
+import RedisClient
 
 /// `redis.tls`: how the gateway checks Redis' certificate and which one it shows. Present (even `{}`) means
 /// TLS: with `url`, only together with `rediss://`; with `cluster` or `sentinels` it is the only switch.
 /// Files are read and checked for PEM shape at start and on every reload.
-public struct RedisTLS: Sendable, Equatable {
-    /// CA certificates (PEM) that sign Redis' certificate; nil = the system's trust store.
-    public let caFile: String?
-    /// Client certificate and key (PEM), for servers with `tls-auth-clients yes`; both or neither.
-    public let certFile: String?
-    public let keyFile: String?
-    /// The name checked against the certificate (and sent as SNI); nil = the host connected to.
-    public let serverName: String?
-
+extension RedisTLSSettings {
     static let maxFileBytes = 1024 * 1024
 
-    static func read(_ value: ConfigValue?, urlIsTLS: Bool, topology: RedisTopology, baseDirectory: String) -> RedisTLS? {
-        guard let value else { return urlIsTLS ? RedisTLS(caFile: nil, certFile: nil, keyFile: nil, serverName: nil) : nil }
+    static func read(_ value: ConfigValue?, urlIsTLS: Bool, topology: RedisTopology, baseDirectory: String) -> RedisTLSSettings? {
+        guard let value else { return urlIsTLS ? RedisTLSSettings() : nil }
         guard let section = value.mapping() else { return nil }
         defer { section.finish() }
         if topology == .single, !urlIsTLS { value.invalid("tls needs a rediss:// url (redis:// is plain TCP)") }
@@ -34,7 +27,7 @@ public struct RedisTLS: Sendable, Equatable {
                 serverName = name
             }
         }
-        return RedisTLS(caFile: caFile, certFile: certFile, keyFile: keyFile, serverName: serverName)
+        return RedisTLSSettings(caFile: caFile, certFile: certFile, keyFile: keyFile, serverName: serverName)
     }
 
     /// The resolved path of a readable file holding at least one PEM block of one of `labels`.
