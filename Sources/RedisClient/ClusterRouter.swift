@@ -19,6 +19,7 @@ final class ClusterRouter: RedisRouting {
     private let refreshing = SingleFlight()
     private var refreshedAtMs: UInt64 = 0
     private var refreshFailure: RedisClientError?
+    private var subscriptionTurn = 0
 
     init(loop: EventLoop, seeds: [RedisAddress], options: RedisOptions) {
         self.loop = loop
@@ -84,9 +85,13 @@ final class ClusterRouter: RedisRouting {
         }
     }
 
+    /// A subscription is opened rarely (at start, after it broke): the map is refreshed first, and the primaries
+    /// are taken in turn, so a node that died under the last subscription is not chosen again and again.
     func subscriptionAddress() async throws(RedisClientError) -> RedisAddress {
-        if owners.isEmpty { try await discover() }
-        return try owner(of: nil)
+        if owners.isEmpty { try await discover() } else { await refreshIfDue() }
+        guard !owners.primaries.isEmpty else { throw .unavailable("the Redis Cluster map names no node") }
+        subscriptionTurn += 1
+        return owners.primaries[subscriptionTurn % owners.primaries.count]
     }
 
     /// The slot's primary; any known primary for keyless commands.

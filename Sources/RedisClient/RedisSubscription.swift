@@ -11,19 +11,22 @@ public final class RedisSubscription: @unchecked Sendable {
         case other
     }
 
+    /// The server subscribed to.
+    public let address: RedisAddress
     private let loop: EventLoop
     private let state = Locked<(pushes: [Push], failure: RedisClientError?)>(([], nil))
     private let arrived = DispatchSemaphore(value: 0)
     private var connection: LoopRedisConnection?
 
-    private init(loop: EventLoop) {
+    private init(loop: EventLoop, address: RedisAddress) {
         self.loop = loop
+        self.address = address
     }
 
     /// Connects and subscribes; on `loop`, whose thread it runs on.
     static func open(loop: EventLoop, address: RedisAddress, options: RedisOptions,
                      channel: [UInt8]) async throws(RedisClientError) -> RedisSubscription {
-        let subscription = RedisSubscription(loop: loop)
+        let subscription = RedisSubscription(loop: loop, address: address)
         let state = subscription.state
         let arrived = subscription.arrived
         let connection = LoopRedisConnection(loop: loop, address: address, options: options) { reply in

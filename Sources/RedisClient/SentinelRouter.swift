@@ -51,7 +51,11 @@ final class SentinelRouter: RedisRouting {
         }
     }
 
-    func subscriptionAddress() async throws(RedisClientError) -> RedisAddress { try await current().address }
+    /// Opened rarely (at start, after it broke): the sentinels are asked first.
+    func subscriptionAddress() async throws(RedisClientError) -> RedisAddress {
+        stale = true
+        return try await current().address
+    }
 
     private func current() async throws(RedisClientError) -> LoopRedisNode {
         let reconnecting = !(primary?.isConnected ?? false)

@@ -149,4 +149,35 @@ final class StoreClusterTests: XCTestCase {
         XCTAssertEqual(recovered?.keyId, records[0].keyId)
         for record in records { XCTAssertEqual(try store.loadKey(keyId: record.keyId)?.keyId, record.keyId, "no registration lost") }
     }
+
+    /// The revocation subscription's node dies: the subscription ends, and subscribing again reaches a live
+    /// node (the map refreshed, the primaries taken in turn) that hears revocations published anywhere.
+    func testASubscriptionOnACrashedNodeIsOpenedAgainElsewhere() throws {
+        let subscription = try store.subscribeToRevocations()
+        let node = try XCTUnwrap(cluster.nodes.first { $0.port == subscription.address.port })
+        _ = try node.query("WAIT", "1", "2000")
+        node.crash()
+        defer { XCTAssertNoThrow(try cluster.restore()) }
+        var ended = false
+        let deadline = Date().addingTimeInterval(5)
+        while !ended, Date() < deadline {
+            do { _ = try subscription.next(waitingMs: 100) } catch { ended = true }
+        }
+        XCTAssertTrue(ended, "the subscription reports its connection lost")
+
+        var again: RedisSubscription?
+        let retryUntil = Date().addingTimeInterval(15)
+        while again == nil, Date() < retryUntil {
+            again = try? store.subscribeToRevocations()
+            if again == nil { usleep(200_000) }
+        }
+        let resubscribed = try XCTUnwrap(again)
+        XCTAssertNotEqual(resubscribed.address.port, node.port)
+        let keyId = StoreFixture.randomBytes(32)
+        var announced = false
+        while !announced, Date() < retryUntil { announced = (try? store.announceRevocation(keyId: keyId)) != nil }
+        var heard: RedisSubscription.Push?
+        while heard == nil || heard == .pong, Date() < retryUntil { heard = try resubscribed.next(waitingMs: 100) }
+        XCTAssertEqual(heard, .message(Array(Base64.encodeURLSafe(keyId).utf8)))
+    }
 }
