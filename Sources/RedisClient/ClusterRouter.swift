@@ -20,11 +20,13 @@ final class ClusterRouter: RedisRouting {
     private var refreshedAtMs: UInt64 = 0
     private var refreshFailure: RedisClientError?
     private var subscriptionTurn = 0
+    private let reporter: TopologyReporter
 
-    init(loop: EventLoop, seeds: [RedisAddress], options: RedisOptions) {
+    init(loop: EventLoop, seeds: [RedisAddress], options: RedisOptions, reporter: TopologyReporter) {
         self.loop = loop
         self.seeds = seeds
         self.options = options
+        self.reporter = reporter
     }
 
     func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
@@ -165,6 +167,7 @@ final class ClusterRouter: RedisRouting {
     /// The new map; nodes that are neither primaries in it nor seeds are closed.
     private func install(_ map: SlotOwners) {
         owners = map
+        reporter.clusterPrimaries(map.primaries)
         let keep = Set(map.primaries).union(seeds)
         for (address, node) in nodes where !keep.contains(address) {
             node.close()

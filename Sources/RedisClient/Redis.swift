@@ -12,9 +12,12 @@ public final class Redis: @unchecked Sendable {
     private let lock = PthreadLock()
     private var routers: [ObjectIdentifier: (loop: EventLoop, router: any RedisRouting)] = [:]
     private var ownLoop: EventLoop?
+    private let reporter: TopologyReporter
 
-    public init(options: RedisOptions) {
+    /// `onTopologyChange`: told once per change of primary (Sentinel) or of the Cluster's primaries.
+    public init(options: RedisOptions, onTopologyChange: (@Sendable (RedisTopologyEvent) -> Void)? = nil) {
         self.options = options
+        reporter = TopologyReporter(sink: onTopologyChange)
     }
 
     deinit {
@@ -67,8 +70,9 @@ public final class Redis: @unchecked Sendable {
             let made: any RedisRouting
             switch options.topology {
             case .single(let address): made = SingleRouter(loop: loop, address: address, options: options)
-            case .cluster(let seeds): made = ClusterRouter(loop: loop, seeds: seeds, options: options)
-            case .sentinel(let sentinels, let name): made = SentinelRouter(loop: loop, sentinels: sentinels, masterName: name, options: options)
+            case .cluster(let seeds): made = ClusterRouter(loop: loop, seeds: seeds, options: options, reporter: reporter)
+            case .sentinel(let sentinels, let name):
+                made = SentinelRouter(loop: loop, sentinels: sentinels, masterName: name, options: options, reporter: reporter)
             }
             routers[ObjectIdentifier(loop)] = (loop, made)
             return made

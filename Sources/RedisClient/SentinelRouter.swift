@@ -17,9 +17,11 @@ final class SentinelRouter: RedisRouting {
     private var resolvedAtMs: UInt64 = 0
     private var resolveFailure: RedisClientError?
     private let resolving = SingleFlight()
+    private let reporter: TopologyReporter
 
-    init(loop: EventLoop, sentinels: [RedisAddress], masterName: String, options: RedisOptions) {
+    init(loop: EventLoop, sentinels: [RedisAddress], masterName: String, options: RedisOptions, reporter: TopologyReporter) {
         self.loop = loop
+        self.reporter = reporter
         self.options = options
         self.masterName = masterName
         // Sentinels take no database, and this build gives them no login of their own.
@@ -93,6 +95,7 @@ final class SentinelRouter: RedisRouting {
     private func use(_ address: RedisAddress) {
         stale = false
         resolveFailure = nil
+        reporter.primary(address, masterName: masterName)
         if primary?.address == address { return }
         primary?.close()
         primary = LoopRedisNode(loop: loop, address: address, options: options, expect: .primary)

@@ -67,8 +67,13 @@ final class RedisScaleOutTests: XCTestCase {
         let elsewhere = try XCTUnwrap(zip(apps, owners).first { $0.1 != crashed.port }?.0)
         XCTAssertEqual(try elsewhere.send(elsewhere.signed("GET", "/secure/feed")).status, 200, "other primaries' keys keep working")
 
-        try cluster.waitForPromotion(ofSlot: victimSlot, replacing: crashed)
+        let promoted = try cluster.waitForPromotion(ofSlot: victimSlot, replacing: crashed)
         XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the promoted replica is found without a restart")
+        let changed = env.gateway.waitForEvent { event in
+            event["event"] as? String == "redis_cluster_changed" && (event["primaries"] as? [String])?.contains(promoted.address) == true
+        }
+        XCTAssertEqual(changed?["level"] as? String, "warn", "the operator sees the failover: \(String(describing: changed))")
+        XCTAssertEqual((changed?["previous"] as? [String])?.contains(crashed.address), true)
         for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost") }
         XCTAssertFalse(env.gateway.process.lines.contains { $0.contains("CROSSSLOT") })
     }
@@ -144,8 +149,13 @@ final class RedisScaleOutTests: XCTestCase {
         XCTAssertEqual(during.status, 503, during.text)
         XCTAssertEqual(during.error, "store_unavailable")
 
-        try setup.waitForFailover(from: old)
+        let promoted = try setup.waitForFailover(from: old)
         XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the new primary is found without a restart")
+        let changed = env.gateway.waitForEvent { $0["event"] as? String == "redis_primary_changed" && $0["primary"] as? String == promoted.address }
+        XCTAssertEqual(changed?["previous"] as? String, old.address, "the operator sees the failover: \(String(describing: changed))")
+        XCTAssertEqual(changed?["master_name"] as? String, RedisTestSentinel.masterName)
+        XCTAssertEqual(env.gateway.events.filter { $0["event"] as? String == "redis_primary_changed" }.count, 2,
+                       "once at start, once for the failover: not once per event loop")
         for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost") }
         XCTAssertEqual(try registeredApps(env, 1).count, 1)
 

@@ -3,6 +3,7 @@ import EventLoop
 import AttestStore
 import AssertionCheck
 import Upstream
+import Foundation
 
 /// One upstream as the forwarder uses it.
 struct UpstreamBinding: Sendable {
@@ -60,7 +61,7 @@ public final class GatewayRuntime: Sendable {
         if let previous, previous.config.redis == config.redis {
             store = previous.store
         } else {
-            store = try makeStore(config.redis)
+            store = try makeStore(config.redis, log: log)
         }
         var apple: AppleRuntime?
         if let appleConfig = config.apple {
@@ -76,7 +77,21 @@ public final class GatewayRuntime: Sendable {
                               tokens: tokens, previous: previous)
     }
 
-    static func makeStore(_ redis: RedisConfig) throws(StoreError) -> AttestStore {
-        try AttestStore(redis: Redis(options: redis.options()), keyPrefix: redis.keyPrefix)
+    /// `log`: where a followed failover or a changed Cluster is told (`redis_primary_changed`, `redis_cluster_changed`).
+    static func makeStore(_ redis: RedisConfig, log: EventLog? = nil) throws(StoreError) -> AttestStore {
+        var topologyChanged: (@Sendable (RedisTopologyEvent) -> Void)?
+        if let log { topologyChanged = { event in logTopology(event, log) } }
+        return try AttestStore(redis: Redis(options: redis.options(), onTopologyChange: topologyChanged), keyPrefix: redis.keyPrefix)
+    }
+
+    private static func logTopology(_ event: RedisTopologyEvent, _ log: EventLog) {
+        switch event {
+        case .primaryChanged(let masterName, let previous, let primary):
+            log.event(previous == nil ? .info : .warn, "redis_primary_changed",
+                      ["master_name": masterName, "previous": previous?.description ?? NSNull(), "primary": primary.description])
+        case .clusterPrimariesChanged(let previous, let primaries):
+            log.event(previous.isEmpty ? .info : .warn, "redis_cluster_changed",
+                      ["previous": previous.map(\.description), "primaries": primaries.map(\.description)])
+        }
     }
 }
