@@ -31,13 +31,18 @@ public final class RedisTestCluster: @unchecked Sendable {
         }
     }
 
-    /// The cluster of this test run, started on first use.
+    /// The cluster of this test run, started on first use, healthy: one a test left broken (not healthy within
+    /// 30 s) is replaced by a fresh one, so one failure does not fail every later Cluster test.
     public static func shared() throws -> RedisTestCluster {
         try sharedLock.withLock {
-            if let running = sharedCluster { return running }
+            if let running = sharedCluster {
+                if (try? running.waitUntilHealthy(timeout: 30)) != nil { return running }
+                running.stop()
+            } else {
+                atexit { RedisTestCluster.sharedCluster?.stop() }
+            }
             let cluster = try RedisTestCluster()
             sharedCluster = cluster
-            atexit { RedisTestCluster.sharedCluster?.stop() }
             return cluster
         }
     }
