@@ -78,35 +78,17 @@ final class RequestRecord: @unchecked Sendable {
         if let storeMs { line.number("store_ms", storeMs) }
         if let upstreamMs { line.number("upstream_ms", upstreamMs) }
         log.request(line, level: status >= 500 ? .error : .info)
-        // One lock for all of this request's metrics: with hundreds of connection threads, several
-        // acquisitions per request were a contention point.
-        let code = KnownSeries.code(status)
-        var updates = [
-            Metrics.Update.count("gateway_requests_total", ["route": route, "decision": decision, "reason": reason ?? "", "code": code],
-                                 help: MetricHelp.requests),
-            Metrics.Update.observe("gateway_request_duration_seconds", ["route": route, "code": code], seconds: totalMs / 1000,
-                                   help: MetricHelp.requestDuration),
-        ]
-        if let upstreamMs, upstreamStatus != nil {
-            updates.append(.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,
-                                    help: "Time from forwarding to the last upstream byte relayed."))
-        }
-        if let attestMethod {
-            updates.append(.count("gateway_attest_requests_total", ["route": route, "attest_method": attestMethod, "decision": decision,
-                                                                   "reason": reason ?? ""],
-                                  help: "Assert-route requests by how they proved themselves, decision and reason code."))
-        }
+        // One lock for all of this request's metrics.
+        let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
+                                                          code: KnownSeries.code(status), attestMethod: attestMethod))
+        var updates = [series.requests.count(), series.duration.observe(seconds: totalMs / 1000)]
+        if let upstreamMs, upstreamStatus != nil { updates.append(series.upstream.observe(seconds: upstreamMs / 1000)) }
+        if let attest = series.attest { updates.append(attest.count()) }
         if let reason, reason.hasPrefix("store_") {
-            updates.append(.count("gateway_store_errors_total", ["reason": reason], help: "Requests that failed on the Redis state store."))
+            updates.append(.count("gateway_store_errors_total", ["reason": reason], help: MetricHelp.storeErrors))
         }
-        if let verifyMs {
-            updates.append(.observe("gateway_verify_duration_seconds", [:], seconds: verifyMs / 1000,
-                                    help: "Assertion verification time (pure checks and signature)."))
-        }
-        if let storeMs {
-            updates.append(.observe("gateway_store_duration_seconds", [:], seconds: storeMs / 1000,
-                                    help: "Time of the Redis commit of an assertion (one round trip)."))
-        }
+        if let verifyMs { updates.append(RequestSeries.verify.observe(seconds: verifyMs / 1000)) }
+        if let storeMs { updates.append(RequestSeries.store.observe(seconds: storeMs / 1000)) }
         metrics.apply(updates)
     }
 }
