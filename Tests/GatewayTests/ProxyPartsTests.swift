@@ -21,6 +21,17 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(kept, [HTTPField("Authorization", "Bearer t"), HTTPField("Cookie", "a=1"), HTTPField("Cookie", "b=2")])
     }
 
+    func testHeaderRulesFoldCaseAndKeepUnicodeLowerCasingForOtherBytes() {
+        let incoming = [HTTPField("HOST", "a"), HTTPField("X-ATTEST-KEY-ID", "k"), HTTPField("PROXY-Anything", "p"),
+                        HTTPField("X-App-Attest-Future", "f"), HTTPField("X-Forwarded-Proto", "https"), HTTPField("Hostx", "kept"),
+                        HTTPField("Te", "trailers"), HTTPField("Tex", "kept")]
+        XCTAssertEqual(ForwardingRules.requestHeaders(incoming).map(\.name), ["Hostx", "Tex"])
+        // A Kelvin sign lower-cases to "k": an upstream's "\u{212A}eep-Alive" is as hop-by-hop as "Keep-Alive".
+        let upstream = [HTTPField("\u{212A}eep-Alive", "timeout=5"), HTTPField("Connection", "X-\u{212A}ey"), HTTPField("x-key", "1"),
+                        HTTPField("Server", "nginx")]
+        XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
+    }
+
     func testResponseHeadersKeepRepeatsAndDropFraming() {
         let upstream = [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Transfer-Encoding", "chunked"),
                         HTTPField("Connection", "close, X-Internal"), HTTPField("X-Internal", "secret"), HTTPField("Content-Type", "text/plain")]

@@ -6,18 +6,22 @@ enum ForwardingRules {
     /// forge a verified status.
     static let gatewayPrefix = "x-attest-"
     /// App Attest request headers (and any other `x-app-attest-*`): consumed here, never forwarded.
-    static let appAttestHeaders: Set<String> = [
+    static let appAttestHeaders = [
         "x-app-attest-key-id", "x-app-attest-assertion", "x-app-attest-client-data", "x-app-assertion", "x-app-attest-token",
         "x-app-attest-debug-token",
     ]
     /// RFC 9110 §7.6.1 hop-by-hop headers, plus framing the transport recomputes.
-    static let hopByHop: Set<String> = [
+    static let hopByHop = [
         "connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection",
         "proxy-authorization", "proxy-authenticate", "content-length", "expect", "host",
     ]
-
     /// Rewritten by the gateway from the client's copy plus its own value.
-    static let rewritten: Set<String> = ["x-request-id", "x-forwarded-for", "x-forwarded-proto", "forwarded"]
+    static let rewritten = ["x-request-id", "x-forwarded-for", "x-forwarded-proto", "forwarded"]
+
+    private static let requestDropped = HeaderNames(hopByHop + appAttestHeaders + rewritten)
+    private static let requestDroppedPrefixes = ["proxy-", gatewayPrefix, "x-app-attest-"].map { Array($0.utf8) }
+    private static let responseDropped = HeaderNames(hopByHop)
+    private static let proxyPrefix = Array("proxy-".utf8)
 
     /// The client's headers as the upstream should see them, before the gateway adds its own. A name
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
@@ -26,14 +30,10 @@ enum ForwardingRules {
     static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
-            var name = header.name.lowercased()
-            if name.utf8.contains(UInt8(ascii: "_")) {
-                guard forwardUnderscores else { return false }
-                name = String(decoding: name.utf8.map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }, as: UTF8.self)
-            }
-            return !hopByHop.contains(name) && !named.contains(name) && !name.hasPrefix("proxy-")
-                && !name.hasPrefix(gatewayPrefix) && !name.hasPrefix("x-app-attest-") && !appAttestHeaders.contains(name)
-                && !rewritten.contains(name)
+            if !forwardUnderscores && header.name.utf8.contains(UInt8(ascii: "_")) { return false }
+            let name = FoldedName(header.name, underscoreAsDash: true)
+            return !requestDropped.contains(name) && !named.contains(where: name.equals)
+                && !requestDroppedPrefixes.contains(where: name.starts)
         }
     }
 
@@ -41,8 +41,8 @@ enum ForwardingRules {
     static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
         return headers.filter { header in
-            let name = header.name.lowercased()
-            return !hopByHop.contains(name) && !named.contains(name) && !name.hasPrefix("proxy-")
+            let name = FoldedName(header.name, underscoreAsDash: false)
+            return !responseDropped.contains(name) && !named.contains(where: name.equals) && !name.starts(with: proxyPrefix)
         }
     }
 
@@ -60,7 +60,59 @@ enum ForwardingRules {
     }
 
     /// Headers named in `Connection` are hop-by-hop too (a list of one or two names: no set needed).
-    private static func connectionNamed(_ headers: [HTTPField]) -> [String] {
-        values("connection", in: headers).map { $0.lowercased() }
+    private static func connectionNamed(_ headers: [HTTPField]) -> [[UInt8]] {
+        guard headers.contains(where: { $0.hasName("connection") }) else { return [] }
+        return values("connection", in: headers).map { Array($0.lowercased().utf8) }
+    }
+}
+
+/// Lower-case header names, grouped by length for `FoldedName` to be compared with.
+struct HeaderNames {
+    /// Index: name length in bytes.
+    private let byLength: [[[UInt8]]]
+
+    init(_ names: [String]) {
+        var byLength = [[[UInt8]]](repeating: [], count: (names.map(\.utf8.count).max() ?? 0) + 1)
+        for name in names { byLength[name.utf8.count].append(Array(name.utf8)) }
+        self.byLength = byLength
+    }
+
+    func contains(_ name: FoldedName) -> Bool {
+        name.count < byLength.count && byLength[name.count].contains(where: name.equals)
+    }
+}
+
+/// A header name as the forwarding rules judge it: ASCII letters folded to lower case while it is compared
+/// (and "_" read as "-" when asked), so no lower-cased copy is made and hashed per header (a few percent of
+/// a relayed request). A name with other bytes (only an upstream's can have them) is lower-cased by
+/// Unicode's rules first, as the rules always did: a few letters fold to ASCII ones.
+struct FoldedName {
+    private let utf8: String.UTF8View
+    private let underscoreAsDash: Bool
+
+    init(_ name: String, underscoreAsDash: Bool) {
+        utf8 = (name.utf8.allSatisfy { $0 < 0x80 } ? name : name.lowercased()).utf8
+        self.underscoreAsDash = underscoreAsDash
+    }
+
+    var count: Int { utf8.count }
+
+    func equals(_ lowered: [UInt8]) -> Bool {
+        utf8.count == lowered.count && starts(with: lowered)
+    }
+
+    func starts(with lowered: [UInt8]) -> Bool {
+        guard utf8.count >= lowered.count else { return false }
+        var index = utf8.startIndex
+        for expected in lowered {
+            if fold(utf8[index]) != expected { return false }
+            utf8.formIndex(after: &index)
+        }
+        return true
+    }
+
+    private func fold(_ byte: UInt8) -> UInt8 {
+        if byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") { return byte | 0x20 }
+        return underscoreAsDash && byte == UInt8(ascii: "_") ? UInt8(ascii: "-") : byte
     }
 }
