@@ -51,33 +51,33 @@ final class RequestRecord: @unchecked Sendable {
     func finish(log: EventLog, metrics: Metrics) {
         guard !finished.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let totalMs = RequestRecord.milliseconds(since: started)
-        var line = JSONLine()
-        line.string("request_id", requestId)
-        line.string("route", route)
-        line.string("method", method)
-        line.string("path", path)
-        line.string("decision", decision)
-        if let reason { line.string("reason", reason) }
-        line.int("status", status)
-        if let attestMethod { line.string("attest_method", attestMethod) }
-        line.string("client_ip", clientIP)
-        if let forwardedFor { line.string("forwarded_for", forwardedFor) }
-        if let userAgent { line.string("user_agent", userAgent) }
-        if let traceparent { line.string("traceparent", traceparent) }
-        if let keyId { line.string("key_id", String(keyId.prefix(12))) }
-        if let counter { line.int("counter", Int(counter)) }
-        if let riskMetric { line.int("risk_metric", riskMetric) }
-        if let debugToken { line.string("debug_token", debugToken) }
-        if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
-        if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
-        line.int("bytes_in", bytesIn)
-        line.int("bytes_out", bytesOut)
-        if let outcome { line.string("outcome", outcome.rawValue) }
-        line.number("total_ms", totalMs)
-        if let verifyMs { line.number("verify_ms", verifyMs) }
-        if let storeMs { line.number("store_ms", storeMs) }
-        if let upstreamMs { line.number("upstream_ms", upstreamMs) }
-        log.request(line, level: status >= 500 ? .error : .info)
+        log.request(level: status >= 500 ? .error : .info) { line in
+            line.string("request_id", requestId)
+            line.string("route", route)
+            line.string("method", method)
+            line.string("path", path)
+            line.string("decision", decision)
+            if let reason { line.string("reason", reason) }
+            line.int("status", status)
+            if let attestMethod { line.string("attest_method", attestMethod) }
+            line.string("client_ip", clientIP)
+            if let forwardedFor { line.string("forwarded_for", forwardedFor) }
+            if let userAgent { line.string("user_agent", userAgent) }
+            if let traceparent { line.string("traceparent", traceparent) }
+            if let keyId { line.string("key_id", String(keyId.prefix(12))) }
+            if let counter { line.int("counter", Int(counter)) }
+            if let riskMetric { line.int("risk_metric", riskMetric) }
+            if let debugToken { line.string("debug_token", debugToken) }
+            if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
+            if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
+            line.int("bytes_in", bytesIn)
+            line.int("bytes_out", bytesOut)
+            if let outcome { line.string("outcome", outcome.rawValue) }
+            line.number("total_ms", totalMs)
+            if let verifyMs { line.number("verify_ms", verifyMs) }
+            if let storeMs { line.number("store_ms", storeMs) }
+            if let upstreamMs { line.number("upstream_ms", upstreamMs) }
+        }
         // One lock for all of this request's metrics.
         let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
                                                           code: KnownSeries.code(status), attestMethod: attestMethod))
