@@ -35,18 +35,21 @@ enum HeadScan {
         return .incomplete(scanned: max(start, bytes.count - 1))
     }
 
-    /// The request line and every field line of a complete head (ending in CRLF CRLF).
+    /// The request line and every field line of a complete head (ending in CRLF CRLF), in one pass over
+    /// its lines (no list of them: the head is checked per request).
     static func validate(_ head: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
-        var lines: [Range<Int>] = []
+        var requestLine: Range<Int>?
+        var hosts = 0
         var lineStart = 0
         for index in 0..<head.count where head[index] == 0x0A {
-            lines.append(lineStart..<(index - 1))  // without CR LF
+            let line = lineStart..<(index - 1)  // without CR LF
             lineStart = index + 1
-        }
-        guard let requestLine = lines.first else { return bad("bad_request_line", "empty request") }
-        if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[requestLine])) { return violation }
-        var hosts = 0
-        for line in lines.dropFirst() where !line.isEmpty {
+            guard requestLine != nil else {
+                requestLine = line
+                if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[line])) { return violation }
+                continue
+            }
+            if line.isEmpty { continue }
             let field = UnsafeRawBufferPointer(rebasing: head[line])
             if field[0] == 0x20 || field[0] == 0x09 {
                 return bad("obs_fold", "a header line starts with whitespace (obsolete line folding)")
@@ -67,6 +70,7 @@ enum HeadScan {
                 hosts += 1
             }
         }
+        guard let requestLine else { return bad("bad_request_line", "empty request") }
         if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
         if hosts == 0, head[requestLine].suffix(3).elementsEqual("1.1".utf8) {
             return bad("missing_host", "an HTTP/1.1 request must carry a Host header")
@@ -76,14 +80,20 @@ enum HeadScan {
 
     /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only.
     private static func checkRequestLine(_ line: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
-        let parts = line.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(isTokenByte), !parts[1].isEmpty else {
+        guard let firstSpace = line.firstIndex(of: 0x20),
+              let secondSpace = line[(firstSpace + 1)...].firstIndex(of: 0x20),
+              !line[(secondSpace + 1)...].contains(0x20)
+        else {
             return bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
         }
-        guard parts[1].allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+        let method = line[..<firstSpace], target = line[(firstSpace + 1)..<secondSpace], version = line[(secondSpace + 1)...]
+        guard !method.isEmpty, method.allSatisfy(isTokenByte), !target.isEmpty else {
+            return bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
+        }
+        guard target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return bad("bad_request_target", "the request target must be visible ASCII")
         }
-        guard parts[2].elementsEqual("HTTP/1.1".utf8) || parts[2].elementsEqual("HTTP/1.0".utf8) else {
+        guard version.elementsEqual("HTTP/1.1".utf8) || version.elementsEqual("HTTP/1.0".utf8) else {
             return bad("unsupported_http_version", "only HTTP/1.0 and HTTP/1.1 are accepted")
         }
         return nil
