@@ -89,15 +89,21 @@ final class CurlTransfer: @unchecked Sendable {
             reusedConnection: newConnections == 0)
     }
 
-    /// The connected peer (CURLINFO_PRIMARY_IP / _PORT), for access logs.
+    /// The connected peer (CURLINFO_PRIMARY_IP / _PORT), for access logs; the text is made again only when
+    /// the peer changed (a kept-alive connection has the same one every time).
     var remoteAddress: String? {
         var ip: UnsafePointer<CChar>?
         var port = 0
         guard ccurl_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK, let ip, ip.pointee != 0,
               ccurl_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &port) == CURLE_OK else { return nil }
         let host = String(cString: ip)
-        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        if let last = lastPeer, last.host == host, last.port == port { return last.text }
+        let text = host.utf8.contains(UInt8(ascii: ":")) ? "[" + host + "]:" + String(port) : host + ":" + String(port)
+        lastPeer = (host, port, text)
+        return text
     }
+
+    private var lastPeer: (host: String, port: Int, text: String)?
 
     /// Configures a fresh exchange (keeping the cached connection) and hands it to the multi handle.
     func start(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
@@ -221,11 +227,17 @@ final class CurlTransfer: @unchecked Sendable {
         } else if request.method != "GET" {
             try set(CURLOPT_CUSTOMREQUEST, request.method)
         }
-        for line in request.curlHeaderLines {
-            guard let extended = line.withCString({ curl_slist_append(headerList, $0) }) else {
-                throw .unavailable("curl_slist_append failed")
+        let lines = request.curlHeaderLines
+        try lines.withUnsafeBufferPointer { (buffer) throws(UpstreamError) in
+            var start = 0
+            while start < buffer.count, let base = buffer.baseAddress {
+                // curl copies each line up to its NUL.
+                guard let extended = (base + start).withMemoryRebound(to: CChar.self, capacity: 1, { curl_slist_append(headerList, $0) }) else {
+                    throw .unavailable("curl_slist_append failed")
+                }
+                headerList = extended
+                start = (buffer[start...].firstIndex(of: 0) ?? buffer.count - 1) + 1
             }
-            headerList = extended
         }
         try check(ccurl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), CURLOPT_HTTPHEADER)
     }

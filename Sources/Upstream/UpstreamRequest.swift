@@ -98,18 +98,31 @@ extension UpstreamRequest {
         }
     }
 
-    /// Header lines for curl: the caller's fields minus framing (that comes from the body alone: a caller's
-    /// Content-Length or Transfer-Encoding could disagree with it and desynchronise the kept-alive
-    /// connection), plus empty overrides that stop curl adding its own Expect, Accept and Content-Type.
-    var curlHeaderLines: [String] {
-        var lines = headers.filter { !$0.hasName("Content-Length") && !$0.hasName("Transfer-Encoding") }.map { field in
+    /// Header lines for curl, each ended by a NUL, one after another in one buffer (no String per line):
+    /// the caller's fields minus framing (that comes from the body alone: a caller's Content-Length or
+    /// Transfer-Encoding could disagree with it and desynchronise the kept-alive connection), plus empty
+    /// overrides that stop curl adding its own Expect, Accept and Content-Type. Values hold no NUL (`validate`).
+    var curlHeaderLines: [UInt8] {
+        var lines: [UInt8] = []
+        lines.reserveCapacity(headers.reduce(40) { $0 + $1.name.utf8.count + $1.value.utf8.count + 3 })
+        var hasAccept = false, hasContentType = false
+        for field in headers {
+            hasAccept = hasAccept || field.hasName("Accept")
+            hasContentType = hasContentType || field.hasName("Content-Type")
+            if field.hasName("Content-Length") || field.hasName("Transfer-Encoding") { continue }
+            lines += field.name.utf8
             // "Name:" tells curl to drop a header; "Name;" is how it sends one with an empty value.
-            field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
+            if field.value.isEmpty {
+                lines.append(UInt8(ascii: ";"))
+            } else {
+                lines += ": ".utf8
+                lines += field.value.utf8
+            }
+            lines.append(0)
         }
-        lines.append("Expect:")
-        for name in ["Accept", "Content-Type"] where headers.values(named: name).isEmpty {
-            lines.append("\(name):")
-        }
+        lines += "Expect:\0".utf8
+        if !hasAccept { lines += "Accept:\0".utf8 }
+        if !hasContentType { lines += "Content-Type:\0".utf8 }
         return lines
     }
 
