@@ -159,8 +159,10 @@ enum RequestID {
            id.utf8.allSatisfy({ isAllowed($0) }) {
             return id
         }
-        return Bytes.hex(SecureRandom.bytes(12))
+        return Bytes.hex(random.bytes(12))
     }
+
+    private static let random = SecureRandomPool()
 
     private static func isAllowed(_ byte: UInt8) -> Bool {
         (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
