@@ -171,6 +171,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private func beginRequest(headStart: Int, headEnd: Int) {
         parser.reset()
         (target, fields, fieldName, fieldValue, inValue, messageComplete) = ([], [], [], [], false, false)
+        fields.reserveCapacity(16)  // one allocation, not one per doubling
         let fed = inbound.withUnsafeBytes { parser.feed(UnsafeRawBufferPointer(rebasing: $0[headStart..<headEnd])) }
         if case .failed(let detail) = fed, !parser.isUpgrade {
             // The parser refuses conflicting framing itself; the framing judge names it when it can.
@@ -283,6 +284,20 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     func parsedMessageComplete() { messageComplete = true }
 
     // MARK: - Body
+
+    /// What `readBody` would deliver at once when there is nothing to wait for (a request without a body,
+    /// or one already read), so the exchange needs no continuation; nil when the body has to be read.
+    func bodyAtOnce(limit: Int) -> Result<[UInt8], BodyReadError>? {
+        guard case .handling(let exchange) = phase, !clientGone else { return .failure(.clientGone) }
+        guard !bodyStarted else { return .success([]) }
+        guard messageComplete else { return nil }
+        bodyStarted = true
+        if case .contentLength(let length) = exchange.head.framing, length > limit {
+            keepAlive = false
+            return .failure(.tooLarge(limit: limit))
+        }
+        return .success([])
+    }
 
     /// The whole body, held within the process-wide budget.
     func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {

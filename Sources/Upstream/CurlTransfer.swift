@@ -317,6 +317,7 @@ final class CurlTransfer: @unchecked Sendable {
             endHeaderBlock()
         } else if bytes.starts(with: "HTTP/".utf8) {
             responseHeaders = []  // status line of a new (possibly interim) response
+            responseHeaders.reserveCapacity(16)
         } else if let first = bytes.first, first == 0x20 || first == 0x09, !responseHeaders.isEmpty {
             responseHeaders[responseHeaders.count - 1].value += " " + Self.trimmedText(bytes)  // obs-fold
         } else if let colon = bytes.firstIndex(of: UInt8(ascii: ":")) {
