@@ -161,6 +161,9 @@ public final class SocketWatch: LoopHandle {
     private let handle: UnsafeMutablePointer<uv_poll_t>
     private let ready: (_ events: Events, _ failed: Bool) -> Void
     private var closed = false
+    /// What is watched now: asking for the same again changes nothing (uv_poll_start would stop and
+    /// re-add the descriptor: two epoll_ctl calls).
+    public private(set) var events: Events = []
 
     public init(_ loop: EventLoop, socket: Int32, ready: @escaping (Events, Bool) -> Void) throws(LoopError) {
         handle = .allocate(capacity: 1)
@@ -174,7 +177,12 @@ public final class SocketWatch: LoopHandle {
     }
 
     public func watch(_ events: Events) {
-        guard !closed else { return }
+        guard !closed, events != self.events else { return }
+        self.events = events
+        if events.isEmpty {
+            uv_poll_stop(handle)
+            return
+        }
         uv_poll_start(handle, events.rawValue) { poll, status, events in
             guard let poll, let data = poll.pointee.data else { return }
             (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! SocketWatch)

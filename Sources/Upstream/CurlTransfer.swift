@@ -43,8 +43,12 @@ final class CurlTransfer: @unchecked Sendable {
     /// nil while the exchange runs.
     private var outcome: Result<Void, UpstreamError>?
 
-    /// `ownMulti` false: loop mode, the easy handle is added to a `LoopMulti`.
-    init(ownMulti: Bool = true) throws(UpstreamError) {
+    /// Loop mode: the `LoopMulti` that closes this handle's sockets (its watches must go first).
+    private let socketCloser: UnsafeMutableRawPointer?
+
+    /// `ownMulti` false: loop mode, the easy handle is added to a `LoopMulti`, `socketCloser`.
+    init(ownMulti: Bool = true, socketCloser: UnsafeMutableRawPointer? = nil) throws(UpstreamError) {
+        self.socketCloser = socketCloser
         guard curlGlobalInit == CURLE_OK else {
             throw .unavailable("curl_global_init failed: \(String(cString: curl_easy_strerror(curlGlobalInit)))")
         }
@@ -206,6 +210,9 @@ final class CurlTransfer: @unchecked Sendable {
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
         try check(ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, onBodyBytes), CURLOPT_WRITEFUNCTION)
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
+        if let socketCloser {
+            try check(ccurl_easy_setopt_closesocket(easy, loopMultiCloseSocket, socketCloser), CURLOPT_CLOSESOCKETFUNCTION)
+        }
     }
 
     private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
