@@ -118,17 +118,34 @@ final class CurlTransfer: @unchecked Sendable {
         attached = true
     }
 
-    /// A fresh exchange's options, before it is added to a multi handle.
+    /// A fresh exchange's options, before it is added to a multi handle. curl keeps options from one
+    /// transfer to the next, so what every exchange shares is set once and the rest only when it changes
+    /// (a curl_easy_reset and every option again cost ~3 % of a relayed request).
     func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget, timeouts: UpstreamTimeouts? = nil,
                  upload: UpstreamUpload? = nil) throws(UpstreamError) {
         detach()
         self.upload = upload
-        curl_easy_reset(easy)
         errorBuffer[0] = 0
-        try configureTransport(url: url, timeouts: timeouts ?? target.timeouts)
+        if !configured {
+            try configureHandle()
+            configured = true
+        }
+        try set(CURLOPT_URL, url)
+        let timeouts = timeouts ?? target.timeouts
+        if timeouts != configuredTimeouts {
+            configuredTimeouts = nil
+            try set(CURLOPT_CONNECTTIMEOUT_MS, timeouts.connectMs)
+            try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
+            configuredTimeouts = timeouts
+        }
         try configureMessage(request)
-        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, Unmanaged.passUnretained(self).toOpaque()), CURLOPT_PRIVATE)
     }
+
+    /// The options every exchange of this handle shares are set.
+    private var configured = false
+    private var configuredTimeouts: UpstreamTimeouts?
+    /// The last exchange was not a plain GET (HEAD, a body, another method): the next one undoes that.
+    private var messageOptionsSet = false
 
     /// Loop mode: the multi handle finished this exchange.
     func finished(_ code: CURLcode) {
@@ -181,8 +198,12 @@ final class CurlTransfer: @unchecked Sendable {
         onBody = nil
         onDone = nil
         upload = nil
-        curl_slist_free_all(headerList)
-        headerList = nil
+        if headerList != nil {
+            // The handle keeps its options between exchanges: it must not point at the freed list.
+            _ = ccurl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil)
+            curl_slist_free_all(headerList)
+            headerList = nil
+        }
         status = 0
         responseHeaders = []
         headersComplete = false
@@ -192,13 +213,10 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Options
 
-    private func configureTransport(url: String, timeouts: UpstreamTimeouts) throws(UpstreamError) {
-        try set(CURLOPT_URL, url)
+    private func configureHandle() throws(UpstreamError) {
         try set(CURLOPT_PROTOCOLS_STR, "http,https")
         try set(CURLOPT_PROXY, "")  // never a proxy from the environment
         try set(CURLOPT_NOSIGNAL, 1)
-        try set(CURLOPT_CONNECTTIMEOUT_MS, timeouts.connectMs)
-        try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
         try set(CURLOPT_TCP_NODELAY, 1)
         try set(CURLOPT_FOLLOWLOCATION, 0)  // redirects go back to the client
         try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
@@ -213,9 +231,21 @@ final class CurlTransfer: @unchecked Sendable {
         if let socketCloser {
             try check(ccurl_easy_setopt_closesocket(easy, loopMultiCloseSocket, socketCloser), CURLOPT_CLOSESOCKETFUNCTION)
         }
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context), CURLOPT_PRIVATE)
     }
 
     private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
+        if messageOptionsSet {
+            // Back to a plain GET: no copied body (clearing it selects POST, so HTTPGET comes after), no body
+            // size, no custom method; HTTPGET also ends HEAD's NOBODY.
+            try check(ccurl_easy_setopt_pointer(easy, CURLOPT_POSTFIELDS, nil), CURLOPT_POSTFIELDS)
+            try check(ccurl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, -1), CURLOPT_POSTFIELDSIZE_LARGE)
+            try check(ccurl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil), CURLOPT_CUSTOMREQUEST)
+            try set(CURLOPT_HTTPGET, 1)
+            messageOptionsSet = false
+        }
+        let sendsBody = upload != nil || request.sendsBody
+        if request.method != "GET" || sendsBody { messageOptionsSet = true }
         if request.method == "HEAD" {
             try set(CURLOPT_NOBODY, 1)
         } else if let upload {
@@ -234,7 +264,7 @@ final class CurlTransfer: @unchecked Sendable {
         } else if request.method != "GET" {
             try set(CURLOPT_CUSTOMREQUEST, request.method)
         }
-        let lines = request.curlHeaderLines
+        let lines = request.curlHeaderLines(sendsBody: sendsBody)
         try lines.withUnsafeBufferPointer { (buffer) throws(UpstreamError) in
             var start = 0
             while start < buffer.count, let base = buffer.baseAddress {

@@ -101,8 +101,9 @@ extension UpstreamRequest {
     /// Header lines for curl, each ended by a NUL, one after another in one buffer (no String per line):
     /// the caller's fields minus framing (that comes from the body alone: a caller's Content-Length or
     /// Transfer-Encoding could disagree with it and desynchronise the kept-alive connection), plus empty
-    /// overrides that stop curl adding its own Expect, Accept and Content-Type. Values hold no NUL (`validate`).
-    var curlHeaderLines: [UInt8] {
+    /// overrides that stop curl adding its own Accept, and for a request with a body its own Expect and
+    /// Content-Type (curl adds those to bodies only). Values hold no NUL (`validate`).
+    func curlHeaderLines(sendsBody: Bool) -> [UInt8] {
         var lines: [UInt8] = []
         lines.reserveCapacity(headers.reduce(40) { $0 + $1.name.utf8.count + $1.value.utf8.count + 3 })
         var hasAccept = false, hasContentType = false
@@ -120,9 +121,11 @@ extension UpstreamRequest {
             }
             lines.append(0)
         }
-        lines += "Expect:\0".utf8
         if !hasAccept { lines += "Accept:\0".utf8 }
-        if !hasContentType { lines += "Content-Type:\0".utf8 }
+        if sendsBody {
+            lines += "Expect:\0".utf8
+            if !hasContentType { lines += "Content-Type:\0".utf8 }
+        }
         return lines
     }
 
