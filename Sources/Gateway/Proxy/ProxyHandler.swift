@@ -139,8 +139,11 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.decision = "upstream_error"
             throw error
         }
-        await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
-        await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+        // Only `once_per_device` leaves anything to settle (two async calls a request otherwise).
+        if outcome.pendingClaim != nil || outcome.inFlight != nil {
+            await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
+            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+        }
         return nil
     }
 
