@@ -28,6 +28,9 @@ final class CurlTransfer: @unchecked Sendable {
     var onDone: ((Result<Void, UpstreamError>) -> Void)?
     /// Loop mode: a request body sent as it arrives from the client.
     var upload: UpstreamUpload?
+    /// Loop mode: the first-byte and idle clock, kept for the handle's next exchange (closed in deinit, on
+    /// the loop: a loop-mode transfer lives and goes there).
+    var watchdog: Watchdog?
     private(set) var paused = false
     /// The receiver took the last bytes but is full: the next ones stay with curl until `resume()`.
     private var receiverFull = false
@@ -70,6 +73,7 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     deinit {
+        watchdog?.close()
         detach()
         curl_easy_cleanup(easy)
         if let multi { curl_multi_cleanup(multi) }  // closes the cached connection

@@ -220,16 +220,17 @@ public final class UpstreamStream: @unchecked Sendable {
         guard !ended else { return }
         ended = true
         endCallback = nil
-        watchdog.close()
+        watchdog.disarm()
         multi.cancel(transfer)
     }
 
     private func finish(_ outcome: Result<Void, UpstreamError>) {
+        guard !ended else { return }  // the transfer (and its watchdog) may be serving another exchange by now
         result = outcome
         watchdog.stop()
-        guard let end = endCallback, !ended else { return }
+        guard let end = endCallback else { return }
         ended = true
-        watchdog.close()
+        watchdog.disarm()
         endCallback = nil
         if case .success = outcome { multi.checkIn(transfer) }
         switch outcome {
@@ -251,14 +252,16 @@ extension UpstreamClient {
         try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
                              upload: upload)
         upload?.transfer = transfer
-        let watchdog = Watchdog(multi.loop, idleMs: timeouts.idleMs)
+        let watchdog = transfer.watchdog ?? Watchdog(multi.loop)
+        transfer.watchdog = watchdog
+        watchdog.idleMs = timeouts.idleMs
         let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
             var waiting = true
             watchdog.expired = {
                 guard waiting else { return }
                 waiting = false
                 multi.cancel(transfer)
-                watchdog.close()
+                watchdog.disarm()
                 continuation.resume(returning: Unchecked(.failure(.timeout("no response within \(timeouts.firstByteMs) ms"))))
             }
             // The connect timeout is curl's; the first byte is awaited from the moment the request is handed over.
@@ -271,7 +274,7 @@ extension UpstreamClient {
             transfer.onDone = { result in
                 guard waiting else { return }
                 waiting = false
-                watchdog.close()
+                watchdog.disarm()
                 let error: UpstreamError
                 if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
                 continuation.resume(returning: Unchecked(.failure(error)))
@@ -280,7 +283,7 @@ extension UpstreamClient {
                 try multi.add(transfer)
             } catch {
                 waiting = false
-                watchdog.close()
+                watchdog.disarm()
                 continuation.resume(returning: Unchecked(.failure(error)))
             }
         }
@@ -288,14 +291,15 @@ extension UpstreamClient {
     }
 }
 
-/// The first-byte and idle clock of one exchange (curl has neither: only connect and total).
+/// The first-byte and idle clock of one exchange (curl has neither: only connect and total). A loop-mode
+/// transfer keeps its watchdog from one exchange to the next (a timer made and closed per request was a few
+/// allocations and a close callback each time); the transfer closes it when it goes.
 final class Watchdog {
     private let timer: LoopTimer
-    let idleMs: Int
+    var idleMs = 0
     var expired: (() -> Void)?
 
-    init(_ loop: EventLoop, idleMs: Int) {
-        self.idleMs = idleMs
+    init(_ loop: EventLoop) {
         var fire: (() -> Void)?
         timer = LoopTimer(loop) { fire?() }
         fire = { [unowned self] in expired?() }
@@ -303,6 +307,12 @@ final class Watchdog {
 
     func arm(_ milliseconds: Int) { timer.start(milliseconds: milliseconds) }
     func stop() { timer.stop() }
+
+    /// The exchange is over: nothing fires until the next one arms it.
+    func disarm() {
+        expired = nil
+        timer.stop()
+    }
 
     func close() {
         expired = nil
