@@ -42,8 +42,11 @@ struct Forwarder {
         record.upstreamStatus = stream.status
         record.upstreamAddr = stream.remoteAddress
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
-        let headers = ForwardingRules.responseHeaders(stream.headers).filter { !$0.hasName("X-Request-Id") }
-            + [HTTPField("X-Request-Id", record.requestId)]
+        var headers = stream.headers
+        headers.reserveCapacity(headers.count + 1)  // the one copy, with room for the id
+        ForwardingRules.removeHopByHop(fromResponse: &headers)
+        headers.removeAll { $0.hasName("X-Request-Id") }
+        headers.append(HTTPField("X-Request-Id", record.requestId))
         // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
         let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
         guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
