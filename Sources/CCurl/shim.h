@@ -26,6 +26,11 @@ typedef size_t (*ccurl_read_callback)(char *buffer, size_t size, size_t nitems, 
 static inline CURLcode ccurl_easy_setopt_read_callback(CURL *handle, ccurl_read_callback cb) {
     return curl_easy_setopt(handle, CURLOPT_READFUNCTION, cb);
 }
+static inline CURLcode ccurl_easy_setopt_closesocket(CURL *handle, curl_closesocket_callback cb, void *data) {
+    CURLcode rc = curl_easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, cb);
+    if (rc != CURLE_OK) return rc;
+    return curl_easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, data);
+}
 static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

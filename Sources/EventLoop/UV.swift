@@ -12,6 +12,9 @@ final class LoopCore {
     /// Keeps the loop from sleeping in poll while work queued from its own thread waits.
     private let idle: UnsafeMutablePointer<uv_idle_t>
     private var idling = false
+    /// Connections whose writes all went out at once: told `drained()` on the next iteration, as a
+    /// completed write request would have been.
+    fileprivate var drainedConnections: [TCPConnection] = []
     /// Shared by every read on this loop: libuv asks for a buffer, the read callback consumes it at once.
     fileprivate let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     fileprivate let onWake: () -> Void
@@ -44,6 +47,9 @@ final class LoopCore {
             let core = Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue()
             uv_idle_stop(idle)
             core.idling = false
+            let drained = core.drainedConnections
+            core.drainedConnections.removeAll(keepingCapacity: true)
+            for connection in drained { connection.deliverDrained() }
             core.onWake()
         }
     }
@@ -157,6 +163,9 @@ public final class SocketWatch: LoopHandle {
     private let handle: UnsafeMutablePointer<uv_poll_t>
     private let ready: (_ events: Events, _ failed: Bool) -> Void
     private var closed = false
+    /// What is watched now: asking for the same again changes nothing (uv_poll_start would stop and
+    /// re-add the descriptor: two epoll_ctl calls).
+    public private(set) var events: Events = []
 
     public init(_ loop: EventLoop, socket: Int32, ready: @escaping (Events, Bool) -> Void) throws(LoopError) {
         handle = .allocate(capacity: 1)
@@ -170,7 +179,12 @@ public final class SocketWatch: LoopHandle {
     }
 
     public func watch(_ events: Events) {
-        guard !closed else { return }
+        guard !closed, events != self.events else { return }
+        self.events = events
+        if events.isEmpty {
+            uv_poll_stop(handle)
+            return
+        }
         uv_poll_start(handle, events.rawValue) { poll, status, events in
             guard let poll, let data = poll.pointee.data else { return }
             (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! SocketWatch)
@@ -446,8 +460,35 @@ public final class TCPConnection: LoopHandle {
     }
 
     /// Queues `bytes` (copied); `delegate.drained()` follows once everything queued so far is written.
+    /// With nothing queued they are first written at once (uv_try_write): a response that fits the socket
+    /// buffer then needs no write request, no completion callback and no epoll_ctl to stop watching for
+    /// writability (libuv re-arms the watcher after every completed uv_write).
     public func write(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, !writeFailed, bytes.count > 0 else { return }
+        var rest = bytes
+        if queuedBytes == 0 {
+            var buffer = uv_buf_init(UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)),
+                                     UInt32(bytes.count))
+            let written = uv_try_write(cuv_stream(handle), &buffer, 1)
+            if written == bytes.count {
+                core.drainedConnections.append(self)
+                core.wakeFromLoop()
+                return
+            }
+            // A part, or nothing (EAGAIN, or an error that uv_write then reports as before).
+            if written > 0 { rest = UnsafeRawBufferPointer(rebasing: bytes[Int(written)...]) }
+        }
+        queue(rest)
+    }
+
+    /// After a write that went out whole: the delegate hears of it as of a completed request, unless more was
+    /// queued since (its completion will tell).
+    fileprivate func deliverDrained() {
+        guard !isClosed, queuedBytes == 0 || writeFailed else { return }
+        delegate?.drained()
+    }
+
+    private func queue(_ bytes: UnsafeRawBufferPointer) {
         let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
         // The length rides in front of the bytes: libuv clears `bufs` before the completion callback.
         let copy = UnsafeMutableRawPointer.allocate(byteCount: bytes.count + 8, alignment: 8)

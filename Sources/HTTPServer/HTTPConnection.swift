@@ -171,6 +171,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private func beginRequest(headStart: Int, headEnd: Int) {
         parser.reset()
         (target, fields, fieldName, fieldValue, inValue, messageComplete) = ([], [], [], [], false, false)
+        fields.reserveCapacity(16)  // one allocation, not one per doubling
         let fed = inbound.withUnsafeBytes { parser.feed(UnsafeRawBufferPointer(rebasing: $0[headStart..<headEnd])) }
         if case .failed(let detail) = fed, !parser.isUpgrade {
             // The parser refuses conflicting framing itself; the framing judge names it when it can.
@@ -185,8 +186,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         scanned = 0
         let method = parser.method
         let version = parser.minorVersion == 0 ? "HTTP/1.0" : "HTTP/1.1"  // HeadScan admitted no other
-        let rawTarget = String(decoding: target, as: UTF8.self)
-        let (path, query) = Self.split(rawTarget)
+        var rawTarget: String { String(decoding: target, as: UTF8.self) }  // for refusals' log lines
+        let (path, query) = Self.split(target)
         // Visible ASCII only (RFC 9112); origin form; no "#": an upstream cutting the target at a fragment
         // would see another path than the one routed here.
         guard path.hasPrefix("/"), target.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 }) else {
@@ -236,9 +237,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         }
     }
 
-    private static func split(_ target: String) -> (path: String, query: String?) {
-        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
-        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
+    /// Path and query, split at the first "?" of the target's bytes.
+    private static func split(_ target: [UInt8]) -> (path: String, query: String?) {
+        guard let mark = target.firstIndex(of: UInt8(ascii: "?")) else { return (String(decoding: target, as: UTF8.self), nil) }
+        return (String(decoding: target[..<mark], as: UTF8.self), String(decoding: target[(mark + 1)...], as: UTF8.self))
     }
 
     // MARK: - Parser callbacks
@@ -282,6 +284,20 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     func parsedMessageComplete() { messageComplete = true }
 
     // MARK: - Body
+
+    /// What `readBody` would deliver at once when there is nothing to wait for (a request without a body,
+    /// or one already read), so the exchange needs no continuation; nil when the body has to be read.
+    func bodyAtOnce(limit: Int) -> Result<[UInt8], BodyReadError>? {
+        guard case .handling(let exchange) = phase, !clientGone else { return .failure(.clientGone) }
+        guard !bodyStarted else { return .success([]) }
+        guard messageComplete else { return nil }
+        bodyStarted = true
+        if case .contentLength(let length) = exchange.head.framing, length > limit {
+            keepAlive = false
+            return .failure(.tooLarge(limit: limit))
+        }
+        return .success([])
+    }
 
     /// The whole body, held within the process-wide budget.
     func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
@@ -423,7 +439,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         var head: [UInt8] = []
         head.reserveCapacity(256 + headers.count * 48)
         head += Self.statusLine(status)
-        for field in headers where !Self.isFraming(field.name) {
+        for field in headers where !Self.isFraming(field) {
             head += field.name.utf8
             head += Self.colonSpace
             head += field.value.utf8
@@ -658,10 +674,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
-    private static func isFraming(_ name: String) -> Bool {
-        let field = HTTPField(name, "")
-        return field.hasName("Content-Length") || field.hasName("Transfer-Encoding") || field.hasName("Connection")
-            || field.hasName("Keep-Alive")
+    private static func isFraming(_ field: HTTPField) -> Bool {
+        field.hasName("Content-Length") || field.hasName("Transfer-Encoding") || field.hasName("Connection") || field.hasName("Keep-Alive")
     }
 
     static func reasonPhrase(_ status: Int) -> String {

@@ -99,6 +99,7 @@ public final class HTTPExchange: @unchecked Sendable {
 
     /// The whole body, up to `limit` bytes. Sends `100 Continue` first when the client asked for it.
     public func readBody(limit: Int) async throws(BodyReadError) -> [UInt8] {
+        if let result = connection.bodyAtOnce(limit: limit) { return try result.get() }
         let result = await withCheckedContinuation { continuation in
             connection.readBody(limit: limit) { continuation.resume(returning: Unchecked($0)) }
         }

@@ -6,8 +6,8 @@ import Upstream
 extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
     public var isSafeToSend: Bool {
-        let nameIsToken = !name.isEmpty && name.utf8.allSatisfy(HTTPField.isTokenByte)
-        return nameIsToken && !value.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0 }
+        let nameIsToken = !name.isEmpty && name.allBytes(HTTPField.isTokenByte)
+        return nameIsToken && value.allBytes { $0 != 0x0D && $0 != 0x0A && $0 != 0 }
     }
 }
 

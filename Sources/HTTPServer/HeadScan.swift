@@ -35,36 +35,24 @@ enum HeadScan {
         return .incomplete(scanned: max(start, bytes.count - 1))
     }
 
-    /// The request line and every field line of a complete head (ending in CRLF CRLF).
+    /// The request line and every field line of a complete head (ending in CRLF CRLF), in one pass over
+    /// its bytes (no list of lines: the head is checked per request, and signed requests' heads run to a
+    /// kilobyte). Every LF follows a CR (`findEnd` saw to it); a line is what lies between them.
     static func validate(_ head: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
-        var lines: [Range<Int>] = []
-        var lineStart = 0
-        for index in 0..<head.count where head[index] == 0x0A {
-            lines.append(lineStart..<(index - 1))  // without CR LF
-            lineStart = index + 1
-        }
-        guard let requestLine = lines.first else { return bad("bad_request_line", "empty request") }
+        var lineEnd = 0
+        while head[lineEnd] != 0x0A { lineEnd += 1 }
+        let requestLine = 0..<(lineEnd - 1)
         if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[requestLine])) { return violation }
         var hosts = 0
-        for line in lines.dropFirst() where !line.isEmpty {
-            let field = UnsafeRawBufferPointer(rebasing: head[line])
-            if field[0] == 0x20 || field[0] == 0x09 {
-                return bad("obs_fold", "a header line starts with whitespace (obsolete line folding)")
+        var start = lineEnd + 1
+        while start < head.count {
+            if head[start] == 0x0D, head[start + 1] == 0x0A {  // an empty line: the head's end
+                start += 2
+                continue
             }
-            guard let colon = field.firstIndex(of: UInt8(ascii: ":")) else {
-                return bad("bad_header", "a header line has no colon")
-            }
-            guard colon > 0, field[..<colon].allSatisfy(isTokenByte) else {
-                return field[..<colon].contains(where: { $0 == 0x20 || $0 == 0x09 })
-                    ? bad("bad_header", "whitespace between a header name and its colon")
-                    : bad("bad_header", "a header name holds a byte that is not a token character")
-            }
-            // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
-            guard field[(colon + 1)...].allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
-                return bad("bad_header", "a header value holds a control character")
-            }
-            if colon == 4, field[0] | 0x20 == 0x68, field[1] | 0x20 == 0x6F, field[2] | 0x20 == 0x73, field[3] | 0x20 == 0x74 {
-                hosts += 1
+            switch checkField(head, from: start, hosts: &hosts) {
+            case .success(let next): start = next
+            case .failure(let violation): return violation
             }
         }
         if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
@@ -74,16 +62,64 @@ enum HeadScan {
         return nil
     }
 
+    /// The field line starting at `start`: a token name, a colon, a value of visible bytes, spaces, tabs and
+    /// obs-text. Gives where the next line starts.
+    private static func checkField(_ head: UnsafeRawBufferPointer, from start: Int, hosts: inout Int)
+        -> Result<Int, RequestFraming.Violation> {
+        let first = head[start]
+        if first == 0x20 || first == 0x09 {
+            return .failure(bad("obs_fold", "a header line starts with whitespace (obsolete line folding)"))
+        }
+        var colon = start
+        var nameIsToken = true, nameHasWhitespace = false
+        while head[colon] != UInt8(ascii: ":") {
+            let byte = head[colon]
+            if byte == 0x0A { return .failure(bad("bad_header", "a header line has no colon")) }
+            // The line's own CR (before its LF) is no part of it: it can only be followed by "no colon".
+            if !isTokenByte(byte) && !(byte == 0x0D && head[colon + 1] == 0x0A) {
+                nameIsToken = false
+                if byte == 0x20 || byte == 0x09 { nameHasWhitespace = true }
+            }
+            colon += 1
+        }
+        guard colon > start, nameIsToken else {
+            return .failure(nameHasWhitespace
+                ? bad("bad_header", "whitespace between a header name and its colon")
+                : bad("bad_header", "a header name holds a byte that is not a token character"))
+        }
+        // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
+        var index = colon + 1
+        while true {
+            let byte = head[index]
+            if byte == 0x0D && head[index + 1] == 0x0A { break }
+            guard byte == 0x09 || (byte >= 0x20 && byte != 0x7F) else {
+                return .failure(bad("bad_header", "a header value holds a control character"))
+            }
+            index += 1
+        }
+        if colon - start == 4, head[start] | 0x20 == 0x68, head[start + 1] | 0x20 == 0x6F, head[start + 2] | 0x20 == 0x73,
+           head[start + 3] | 0x20 == 0x74 {
+            hosts += 1
+        }
+        return .success(index + 2)
+    }
+
     /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only.
     private static func checkRequestLine(_ line: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
-        let parts = line.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, parts[0].allSatisfy(isTokenByte), !parts[1].isEmpty else {
+        guard let firstSpace = line.firstIndex(of: 0x20),
+              let secondSpace = line[(firstSpace + 1)...].firstIndex(of: 0x20),
+              !line[(secondSpace + 1)...].contains(0x20)
+        else {
             return bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
         }
-        guard parts[1].allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+        let method = line[..<firstSpace], target = line[(firstSpace + 1)..<secondSpace], version = line[(secondSpace + 1)...]
+        guard !method.isEmpty, method.allSatisfy(isTokenByte), !target.isEmpty else {
+            return bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
+        }
+        guard target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return bad("bad_request_target", "the request target must be visible ASCII")
         }
-        guard parts[2].elementsEqual("HTTP/1.1".utf8) || parts[2].elementsEqual("HTTP/1.0".utf8) else {
+        guard version.elementsEqual("HTTP/1.1".utf8) || version.elementsEqual("HTTP/1.0".utf8) else {
             return bad("unsupported_http_version", "only HTTP/1.0 and HTTP/1.1 are accepted")
         }
         return nil

@@ -52,12 +52,16 @@ public enum RequestFraming: Equatable, Sendable {
 }
 
 extension String {
-    /// Without leading and trailing spaces and tabs (HTTP's optional whitespace).
+    /// Without leading and trailing spaces and tabs (HTTP's optional whitespace); itself, with no copy,
+    /// when it has none.
     public var trimmingSpaces: String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) }) else {
+        let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 }
+        guard let start = utf8.firstIndex(where: { !isSpace($0) }), let end = utf8.lastIndex(where: { !isSpace($0) }) else {
             return ""
         }
-        return String(self[start...end])
+        // Both bounds sit next to an ASCII byte (or at an end), so on scalar boundaries.
+        let after = utf8.index(after: end)
+        if start == utf8.startIndex && after == utf8.endIndex { return self }
+        return String(self[start..<after])
     }
 }

@@ -28,6 +28,9 @@ final class CurlTransfer: @unchecked Sendable {
     var onDone: ((Result<Void, UpstreamError>) -> Void)?
     /// Loop mode: a request body sent as it arrives from the client.
     var upload: UpstreamUpload?
+    /// Loop mode: the first-byte and idle clock, kept for the handle's next exchange (closed in deinit, on
+    /// the loop: a loop-mode transfer lives and goes there).
+    var watchdog: Watchdog?
     private(set) var paused = false
     /// The receiver took the last bytes but is full: the next ones stay with curl until `resume()`.
     private var receiverFull = false
@@ -43,8 +46,12 @@ final class CurlTransfer: @unchecked Sendable {
     /// nil while the exchange runs.
     private var outcome: Result<Void, UpstreamError>?
 
-    /// `ownMulti` false: loop mode, the easy handle is added to a `LoopMulti`.
-    init(ownMulti: Bool = true) throws(UpstreamError) {
+    /// Loop mode: the `LoopMulti` that closes this handle's sockets (its watches must go first).
+    private let socketCloser: UnsafeMutableRawPointer?
+
+    /// `ownMulti` false: loop mode, the easy handle is added to a `LoopMulti`, `socketCloser`.
+    init(ownMulti: Bool = true, socketCloser: UnsafeMutableRawPointer? = nil) throws(UpstreamError) {
+        self.socketCloser = socketCloser
         guard curlGlobalInit == CURLE_OK else {
             throw .unavailable("curl_global_init failed: \(String(cString: curl_easy_strerror(curlGlobalInit)))")
         }
@@ -66,6 +73,7 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     deinit {
+        watchdog?.close()
         detach()
         curl_easy_cleanup(easy)
         if let multi { curl_multi_cleanup(multi) }  // closes the cached connection
@@ -89,15 +97,21 @@ final class CurlTransfer: @unchecked Sendable {
             reusedConnection: newConnections == 0)
     }
 
-    /// The connected peer (CURLINFO_PRIMARY_IP / _PORT), for access logs.
+    /// The connected peer (CURLINFO_PRIMARY_IP / _PORT), for access logs; the text is made again only when
+    /// the peer changed (a kept-alive connection has the same one every time).
     var remoteAddress: String? {
         var ip: UnsafePointer<CChar>?
         var port = 0
         guard ccurl_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK, let ip, ip.pointee != 0,
               ccurl_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &port) == CURLE_OK else { return nil }
         let host = String(cString: ip)
-        return host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        if let last = lastPeer, last.host == host, last.port == port { return last.text }
+        let text = host.utf8.contains(UInt8(ascii: ":")) ? "[" + host + "]:" + String(port) : host + ":" + String(port)
+        lastPeer = (host, port, text)
+        return text
     }
+
+    private var lastPeer: (host: String, port: Int, text: String)?
 
     /// Configures a fresh exchange (keeping the cached connection) and hands it to the multi handle.
     func start(url: String, request: UpstreamRequest, target: UpstreamTarget) throws(UpstreamError) {
@@ -108,17 +122,34 @@ final class CurlTransfer: @unchecked Sendable {
         attached = true
     }
 
-    /// A fresh exchange's options, before it is added to a multi handle.
+    /// A fresh exchange's options, before it is added to a multi handle. curl keeps options from one
+    /// transfer to the next, so what every exchange shares is set once and the rest only when it changes
+    /// (a curl_easy_reset and every option again cost ~3 % of a relayed request).
     func prepare(url: String, request: UpstreamRequest, target: UpstreamTarget, timeouts: UpstreamTimeouts? = nil,
                  upload: UpstreamUpload? = nil) throws(UpstreamError) {
         detach()
         self.upload = upload
-        curl_easy_reset(easy)
         errorBuffer[0] = 0
-        try configureTransport(url: url, timeouts: timeouts ?? target.timeouts)
+        if !configured {
+            try configureHandle()
+            configured = true
+        }
+        try set(CURLOPT_URL, url)
+        let timeouts = timeouts ?? target.timeouts
+        if timeouts != configuredTimeouts {
+            configuredTimeouts = nil
+            try set(CURLOPT_CONNECTTIMEOUT_MS, timeouts.connectMs)
+            try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
+            configuredTimeouts = timeouts
+        }
         try configureMessage(request)
-        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, Unmanaged.passUnretained(self).toOpaque()), CURLOPT_PRIVATE)
     }
+
+    /// The options every exchange of this handle shares are set.
+    private var configured = false
+    private var configuredTimeouts: UpstreamTimeouts?
+    /// The last exchange was not a plain GET (HEAD, a body, another method): the next one undoes that.
+    private var messageOptionsSet = false
 
     /// Loop mode: the multi handle finished this exchange.
     func finished(_ code: CURLcode) {
@@ -171,8 +202,12 @@ final class CurlTransfer: @unchecked Sendable {
         onBody = nil
         onDone = nil
         upload = nil
-        curl_slist_free_all(headerList)
-        headerList = nil
+        if headerList != nil {
+            // The handle keeps its options between exchanges: it must not point at the freed list.
+            _ = ccurl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil)
+            curl_slist_free_all(headerList)
+            headerList = nil
+        }
         status = 0
         responseHeaders = []
         headersComplete = false
@@ -182,13 +217,10 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Options
 
-    private func configureTransport(url: String, timeouts: UpstreamTimeouts) throws(UpstreamError) {
-        try set(CURLOPT_URL, url)
+    private func configureHandle() throws(UpstreamError) {
         try set(CURLOPT_PROTOCOLS_STR, "http,https")
         try set(CURLOPT_PROXY, "")  // never a proxy from the environment
         try set(CURLOPT_NOSIGNAL, 1)
-        try set(CURLOPT_CONNECTTIMEOUT_MS, timeouts.connectMs)
-        try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
         try set(CURLOPT_TCP_NODELAY, 1)
         try set(CURLOPT_FOLLOWLOCATION, 0)  // redirects go back to the client
         try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
@@ -200,9 +232,24 @@ final class CurlTransfer: @unchecked Sendable {
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), CURLOPT_HEADERDATA)
         try check(ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, onBodyBytes), CURLOPT_WRITEFUNCTION)
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), CURLOPT_WRITEDATA)
+        if let socketCloser {
+            try check(ccurl_easy_setopt_closesocket(easy, loopMultiCloseSocket, socketCloser), CURLOPT_CLOSESOCKETFUNCTION)
+        }
+        try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context), CURLOPT_PRIVATE)
     }
 
     private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
+        if messageOptionsSet {
+            // Back to a plain GET: no copied body (clearing it selects POST, so HTTPGET comes after), no body
+            // size, no custom method; HTTPGET also ends HEAD's NOBODY.
+            try check(ccurl_easy_setopt_pointer(easy, CURLOPT_POSTFIELDS, nil), CURLOPT_POSTFIELDS)
+            try check(ccurl_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, -1), CURLOPT_POSTFIELDSIZE_LARGE)
+            try check(ccurl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil), CURLOPT_CUSTOMREQUEST)
+            try set(CURLOPT_HTTPGET, 1)
+            messageOptionsSet = false
+        }
+        let sendsBody = upload != nil || request.sendsBody
+        if request.method != "GET" || sendsBody { messageOptionsSet = true }
         if request.method == "HEAD" {
             try set(CURLOPT_NOBODY, 1)
         } else if let upload {
@@ -221,11 +268,17 @@ final class CurlTransfer: @unchecked Sendable {
         } else if request.method != "GET" {
             try set(CURLOPT_CUSTOMREQUEST, request.method)
         }
-        for line in request.curlHeaderLines {
-            guard let extended = line.withCString({ curl_slist_append(headerList, $0) }) else {
-                throw .unavailable("curl_slist_append failed")
+        let lines = request.curlHeaderLines(sendsBody: sendsBody)
+        try lines.withUnsafeBufferPointer { (buffer) throws(UpstreamError) in
+            var start = 0
+            while start < buffer.count, let base = buffer.baseAddress {
+                // curl copies each line up to its NUL.
+                guard let extended = (base + start).withMemoryRebound(to: CChar.self, capacity: 1, { curl_slist_append(headerList, $0) }) else {
+                    throw .unavailable("curl_slist_append failed")
+                }
+                headerList = extended
+                start = (buffer[start...].firstIndex(of: 0) ?? buffer.count - 1) + 1
             }
-            headerList = extended
         }
         try check(ccurl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), CURLOPT_HTTPHEADER)
     }
@@ -305,6 +358,7 @@ final class CurlTransfer: @unchecked Sendable {
             endHeaderBlock()
         } else if bytes.starts(with: "HTTP/".utf8) {
             responseHeaders = []  // status line of a new (possibly interim) response
+            responseHeaders.reserveCapacity(16)
         } else if let first = bytes.first, first == 0x20 || first == 0x09, !responseHeaders.isEmpty {
             responseHeaders[responseHeaders.count - 1].value += " " + Self.trimmedText(bytes)  // obs-fold
         } else if let colon = bytes.firstIndex(of: UInt8(ascii: ":")) {

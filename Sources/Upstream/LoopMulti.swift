@@ -1,5 +1,6 @@
 import CCurl
 import EventLoop
+import Glibc
 
 /// One curl multi handle per event loop, driven by the loop: curl's sockets are watched with the loop's
 /// readiness events and its timeouts with a loop timer (`curl_multi_socket_action`), so a thousand
@@ -10,6 +11,11 @@ public final class LoopMulti: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private var timer: LoopTimer!
     private var watches: [Int32: SocketWatch] = [:]
+    /// Sockets curl stopped watching between exchanges (kept-alive connections): their watch stays, reading,
+    /// so the connection's next exchange starts without an epoll_ctl (closing and re-creating it cost three
+    /// system calls per request under load). Closed when curl closes the socket (`closeSocket`), or when
+    /// the idle connection stirs (the upstream closed it; curl finds that out itself on reuse).
+    private var parked = Set<Int32>()
     /// Easy handles between exchanges (their options are reset for each one).
     private var spare: [CurlTransfer] = []
 
@@ -68,7 +74,15 @@ public final class LoopMulti: @unchecked Sendable {
 
     func checkOut() throws(UpstreamError) -> CurlTransfer {
         if let transfer = spare.popLast() { return transfer }
-        return try CurlTransfer(ownMulti: false)
+        return try CurlTransfer(ownMulti: false, socketCloser: Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// curl's close of one of its sockets (CURLOPT_CLOSESOCKETFUNCTION): the watch goes first, so the
+    /// descriptor's number is free of it before the system can hand it out again.
+    fileprivate func closeSocket(_ socket: Int32) -> Int32 {
+        parked.remove(socket)
+        watches.removeValue(forKey: socket)?.close()
+        return Glibc.close(socket)
     }
 
     func checkIn(_ transfer: CurlTransfer) {
@@ -78,15 +92,26 @@ public final class LoopMulti: @unchecked Sendable {
 
     private func watch(_ socket: Int32, _ what: Int32) {
         if what == CURL_POLL_REMOVE {
-            watches.removeValue(forKey: socket)?.close()
+            if watches[socket]?.events == .readable {
+                parked.insert(socket)
+            } else {
+                watches.removeValue(forKey: socket)?.close()
+            }
             return
         }
+        parked.remove(socket)
         let watch: SocketWatch
         if let existing = watches[socket] {
             watch = existing
         } else {
             do throws(LoopError) {
                 watch = try SocketWatch(loop, socket: socket) { [unowned self] events, failed in
+                    if parked.contains(socket) {
+                        // Nothing curl waits for: the kept-alive connection closed or spoke out of turn.
+                        parked.remove(socket)
+                        watches.removeValue(forKey: socket)?.close()
+                        return
+                    }
                     var flags: Int32 = failed ? CURL_CSELECT_ERR : 0
                     if events.contains(.readable) { flags |= CURL_CSELECT_IN }
                     if events.contains(.writable) { flags |= CURL_CSELECT_OUT }
@@ -117,6 +142,13 @@ public final class LoopMulti: @unchecked Sendable {
             Unmanaged<CurlTransfer>.fromOpaque(UnsafeMutableRawPointer(raw)).takeUnretainedValue().finished(result)
         }
     }
+}
+
+/// CURLOPT_CLOSESOCKETFUNCTION of loop-mode transfers (`CurlTransfer`); `owner` is their `LoopMulti`. A
+/// connection keeps the function of the handle that made it, for every later close.
+let loopMultiCloseSocket: curl_closesocket_callback = { owner, socket in
+    guard let owner else { return Glibc.close(socket) }
+    return Unmanaged<LoopMulti>.fromOpaque(owner).takeUnretainedValue().closeSocket(socket)
 }
 
 /// An upstream exchange on an event loop whose status and headers have arrived; the body follows through
@@ -188,16 +220,17 @@ public final class UpstreamStream: @unchecked Sendable {
         guard !ended else { return }
         ended = true
         endCallback = nil
-        watchdog.close()
+        watchdog.disarm()
         multi.cancel(transfer)
     }
 
     private func finish(_ outcome: Result<Void, UpstreamError>) {
+        guard !ended else { return }  // the transfer (and its watchdog) may be serving another exchange by now
         result = outcome
         watchdog.stop()
-        guard let end = endCallback, !ended else { return }
+        guard let end = endCallback else { return }
         ended = true
-        watchdog.close()
+        watchdog.disarm()
         endCallback = nil
         if case .success = outcome { multi.checkIn(transfer) }
         switch outcome {
@@ -219,14 +252,16 @@ extension UpstreamClient {
         try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
                              upload: upload)
         upload?.transfer = transfer
-        let watchdog = Watchdog(multi.loop, idleMs: timeouts.idleMs)
+        let watchdog = transfer.watchdog ?? Watchdog(multi.loop)
+        transfer.watchdog = watchdog
+        watchdog.idleMs = timeouts.idleMs
         let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
             var waiting = true
             watchdog.expired = {
                 guard waiting else { return }
                 waiting = false
                 multi.cancel(transfer)
-                watchdog.close()
+                watchdog.disarm()
                 continuation.resume(returning: Unchecked(.failure(.timeout("no response within \(timeouts.firstByteMs) ms"))))
             }
             // The connect timeout is curl's; the first byte is awaited from the moment the request is handed over.
@@ -239,7 +274,7 @@ extension UpstreamClient {
             transfer.onDone = { result in
                 guard waiting else { return }
                 waiting = false
-                watchdog.close()
+                watchdog.disarm()
                 let error: UpstreamError
                 if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
                 continuation.resume(returning: Unchecked(.failure(error)))
@@ -248,7 +283,7 @@ extension UpstreamClient {
                 try multi.add(transfer)
             } catch {
                 waiting = false
-                watchdog.close()
+                watchdog.disarm()
                 continuation.resume(returning: Unchecked(.failure(error)))
             }
         }
@@ -256,14 +291,15 @@ extension UpstreamClient {
     }
 }
 
-/// The first-byte and idle clock of one exchange (curl has neither: only connect and total).
+/// The first-byte and idle clock of one exchange (curl has neither: only connect and total). A loop-mode
+/// transfer keeps its watchdog from one exchange to the next (a timer made and closed per request was a few
+/// allocations and a close callback each time); the transfer closes it when it goes.
 final class Watchdog {
     private let timer: LoopTimer
-    let idleMs: Int
+    var idleMs = 0
     var expired: (() -> Void)?
 
-    init(_ loop: EventLoop, idleMs: Int) {
-        self.idleMs = idleMs
+    init(_ loop: EventLoop) {
         var fire: (() -> Void)?
         timer = LoopTimer(loop) { fire?() }
         fire = { [unowned self] in expired?() }
@@ -271,6 +307,12 @@ final class Watchdog {
 
     func arm(_ milliseconds: Int) { timer.start(milliseconds: milliseconds) }
     func stop() { timer.stop() }
+
+    /// The exchange is over: nothing fires until the next one arms it.
+    func disarm() {
+        expired = nil
+        timer.stop()
+    }
 
     func close() {
         expired = nil

@@ -153,6 +153,19 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(line?["reason"] as? String, "invalid_response_header")
     }
 
+    func testUpstreamConnectionsTheUpstreamClosedWhileIdleAreReplacedAndTheirDescriptorsReused() throws {
+        let env = try start()
+        for round in 0..<6 {
+            // A new client connection each round: its socket may get the number of an upstream one just closed.
+            let client = try RawHTTPClient(port: env.gateway.port)
+            try client.send("GET /hang-up HTTP/1.1\r\nHost: t\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200)
+            usleep(100_000)  // the upstream's close reaches the gateway's kept-alive connection, now idle
+            try client.send("GET /echo/\(round) HTTP/1.1\r\nHost: t\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200, "round \(round)")
+        }
+    }
+
     func testAnHTTP10ClientGetsAStreamDelimitedByTheConnectionsEnd() throws {
         let env = try start()
         let client = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)

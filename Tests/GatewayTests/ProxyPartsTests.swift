@@ -21,6 +21,17 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(kept, [HTTPField("Authorization", "Bearer t"), HTTPField("Cookie", "a=1"), HTTPField("Cookie", "b=2")])
     }
 
+    func testHeaderRulesFoldCaseAndKeepUnicodeLowerCasingForOtherBytes() {
+        let incoming = [HTTPField("HOST", "a"), HTTPField("X-ATTEST-KEY-ID", "k"), HTTPField("PROXY-Anything", "p"),
+                        HTTPField("X-App-Attest-Future", "f"), HTTPField("X-Forwarded-Proto", "https"), HTTPField("Hostx", "kept"),
+                        HTTPField("Te", "trailers"), HTTPField("Tex", "kept")]
+        XCTAssertEqual(ForwardingRules.requestHeaders(incoming).map(\.name), ["Hostx", "Tex"])
+        // A Kelvin sign lower-cases to "k": an upstream's "\u{212A}eep-Alive" is as hop-by-hop as "Keep-Alive".
+        let upstream = [HTTPField("\u{212A}eep-Alive", "timeout=5"), HTTPField("Connection", "X-\u{212A}ey"), HTTPField("x-key", "1"),
+                        HTTPField("Server", "nginx")]
+        XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
+    }
+
     func testResponseHeadersKeepRepeatsAndDropFraming() {
         let upstream = [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Transfer-Encoding", "chunked"),
                         HTTPField("Connection", "close, X-Internal"), HTTPField("X-Internal", "secret"), HTTPField("Content-Type", "text/plain")]
@@ -131,20 +142,22 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(object["total_ms"] as? Double, 1.235)
     }
 
-    func testJSONLinesMergeIntoOneObject() {
-        var head = JSONLine()
-        head.string("event", "request")
-        var fields = JSONLine()
-        fields.int("status", 200)
-        fields.string("route", "/v1/")
-        var merged = head
-        merged.merge(fields)
-        XCTAssertEqual(String(decoding: merged.line, as: UTF8.self), "{\"event\":\"request\",\"status\":200,\"route\":\"/v1/\"}\n")
-        merged.merge(JSONLine())
-        XCTAssertEqual(String(decoding: merged.line, as: UTF8.self), "{\"event\":\"request\",\"status\":200,\"route\":\"/v1/\"}\n")
-        var empty = JSONLine()
-        empty.merge(fields)
-        XCTAssertEqual(String(decoding: empty.line, as: UTF8.self), "{\"status\":200,\"route\":\"/v1/\"}\n")
+    func testRequestLinesStartWithTimeLevelAndEvent() throws {
+        var descriptors: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&descriptors), 0)
+        defer { close(descriptors[0]) }
+        let log = EventLog(descriptor: descriptors[1])
+        log.request(level: .error) { line in
+            line.int("status", 502)
+            line.int("bytes_in", 0)
+            line.int("counter", -12)
+            line.string("route", "/v1/")
+        }
+        close(descriptors[1])
+        let text = String(decoding: FileHandle(fileDescriptor: descriptors[0]).readDataToEndOfFile(), as: UTF8.self)
+        let time = try XCTUnwrap(text.firstMatch(of: /^\{"time":"([0-9T:.Z-]{24})",/)?.output.1)
+        XCTAssertEqual(text, "{\"time\":\"\(time)\",\"level\":\"error\",\"event\":\"request\",\"status\":502,\"bytes_in\":0,\"counter\":-12,"
+                       + "\"route\":\"/v1/\"}\n")
     }
 
     func testHeaderNamesCompareIgnoringASCIICaseOnly() {

@@ -106,6 +106,35 @@ final class UpstreamClientTests: XCTestCase {
 
     // MARK: - Responses
 
+    func testOneHandleCarriesEveryKindOfRequestInTurn() throws {
+        // One idle transfer: each request reuses the handle (and connection) the one before it set up.
+        let client = try makeClient(maxIdle: 1)
+        let post = try echo(client, UpstreamRequest(method: "POST", pathAndQuery: "/echo", body: Array("abc".utf8)))
+        XCTAssertEqual(post.method, "POST")
+        XCTAssertEqual(post.body, Array("abc".utf8))
+        let get = try echo(client, UpstreamRequest(method: "GET", pathAndQuery: "/echo"))
+        XCTAssertEqual(get.method, "GET")
+        XCTAssertEqual(get.headerFields.map(\.name), ["Host"], "nothing of the POST is left: no body, no Content-Length")
+        XCTAssertEqual(get.body, [])
+        let head = try client.send(UpstreamRequest(method: "HEAD", pathAndQuery: "/echo"))
+        XCTAssertEqual(head.status, 200)
+        XCTAssertNil(try head.readBody())
+        let afterHead = try echo(client, UpstreamRequest(method: "GET", pathAndQuery: "/echo?after=head"))
+        XCTAssertEqual(afterHead.method, "GET")
+        XCTAssertEqual(afterHead.query, "after=head")
+        let put = try echo(client, UpstreamRequest(method: "PUT", pathAndQuery: "/echo", headers: [HTTPField("X-A", "1")],
+                                                   body: Array("x".utf8)))
+        XCTAssertEqual(put.method, "PUT")
+        XCTAssertEqual(put.body, Array("x".utf8))
+        XCTAssertEqual(put.headerFields.map(\.name), ["Host", "X-A", "Content-Length"])
+        let delete = try echo(client, UpstreamRequest(method: "DELETE", pathAndQuery: "/echo"))
+        XCTAssertEqual(delete.method, "DELETE")
+        XCTAssertEqual(delete.headerFields.map(\.name), ["Host"])
+        let last = try echo(client, UpstreamRequest(method: "GET", pathAndQuery: "/echo"))
+        XCTAssertEqual(last.method, "GET")
+        XCTAssertEqual(Set([post, get, afterHead, put, delete, last].map(\.connectionNumber)).count, 1, "one connection throughout")
+    }
+
     func testHeadRequestEndsAfterTheHeadersAndKeepsTheConnection() throws {
         let client = try makeClient()
         let head = try client.send(UpstreamRequest(method: "HEAD", pathAndQuery: "/echo"))

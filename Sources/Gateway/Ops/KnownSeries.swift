@@ -19,7 +19,17 @@ struct KnownSeries {
     /// The `apple:` section is in force (built-in /verify-device, Apple calls, receipt refreshes).
     var apple: Bool { config.apple != nil }
 
-    static func code(_ status: Int) -> String { "\(status / 100)xx" }
+    /// Literals for the classes that occur (an interpolated string per request showed up in profiles).
+    static func code(_ status: Int) -> String {
+        switch status / 100 {
+        case 1: "1xx"
+        case 2: "2xx"
+        case 3: "3xx"
+        case 4: "4xx"
+        case 5: "5xx"
+        default: "\(status / 100)xx"
+        }
+    }
 
     var requests: [Request] {
         var series: [Request] = []

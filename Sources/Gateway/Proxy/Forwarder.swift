@@ -42,8 +42,11 @@ struct Forwarder {
         record.upstreamStatus = stream.status
         record.upstreamAddr = stream.remoteAddress
         // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
-        let headers = ForwardingRules.responseHeaders(stream.headers).filter { !$0.hasName("X-Request-Id") }
-            + [HTTPField("X-Request-Id", record.requestId)]
+        var headers = stream.headers
+        headers.reserveCapacity(headers.count + 1)  // the one copy, with room for the id
+        ForwardingRules.removeHopByHop(fromResponse: &headers)
+        headers.removeAll { $0.hasName("X-Request-Id") }
+        headers.append(HTTPField("X-Request-Id", record.requestId))
         // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
         let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
         guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
@@ -86,19 +89,23 @@ struct Forwarder {
         }
     }
 
+    /// The client's list in header `name` with `value` appended (just `value` when the client sent none).
+    private static func appending(_ value: String, to name: String, in headers: [HTTPField]) -> String {
+        let values = ForwardingRules.values(name, in: headers)
+        return values.isEmpty ? value : (values + [value]).joined(separator: ", ")
+    }
+
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
     private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
         var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders)
+        headers.reserveCapacity(headers.count + 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.hasName("Host") }) {
             headers.append(HTTPField("Host", host.value))
         }
-        let forwardedFor = ForwardingRules.values("x-forwarded-for", in: request.headers) + [request.clientAddress]
-        headers.append(HTTPField("X-Forwarded-For", forwardedFor.joined(separator: ", ")))
-        let forwardedProto = ForwardingRules.values("x-forwarded-proto", in: request.headers) + ["http"]
-        headers.append(HTTPField("X-Forwarded-Proto", forwardedProto.joined(separator: ", ")))
-        let node = request.clientAddress.utf8.contains(UInt8(ascii: ":")) ? "\"[\(request.clientAddress)]\"" : request.clientAddress
-        let forwarded = ForwardingRules.values("forwarded", in: request.headers) + ["for=\(node);proto=http"]
-        headers.append(HTTPField("Forwarded", forwarded.joined(separator: ", ")))
+        headers.append(HTTPField("X-Forwarded-For", Self.appending(request.clientAddress, to: "x-forwarded-for", in: request.headers)))
+        headers.append(HTTPField("X-Forwarded-Proto", Self.appending("http", to: "x-forwarded-proto", in: request.headers)))
+        let node = request.clientAddress.utf8.contains(UInt8(ascii: ":")) ? "\"[" + request.clientAddress + "]\"" : request.clientAddress
+        headers.append(HTTPField("Forwarded", Self.appending("for=" + node + ";proto=http", to: "forwarded", in: request.headers)))
         headers.append(HTTPField("X-Request-Id", requestId))
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }

@@ -139,8 +139,11 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.decision = "upstream_error"
             throw error
         }
-        await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
-        await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+        // Only `once_per_device` leaves anything to settle (two async calls a request otherwise).
+        if outcome.pendingClaim != nil || outcome.inFlight != nil {
+            await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
+            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+        }
         return nil
     }
 
@@ -159,8 +162,10 @@ enum RequestID {
            id.utf8.allSatisfy({ isAllowed($0) }) {
             return id
         }
-        return Bytes.hex(SecureRandom.bytes(12))
+        return Bytes.hex(random.bytes(12))
     }
+
+    private static let random = SecureRandomPool()
 
     private static func isAllowed(_ byte: UInt8) -> Bool {
         (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)

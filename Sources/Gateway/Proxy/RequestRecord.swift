@@ -51,62 +51,44 @@ final class RequestRecord: @unchecked Sendable {
     func finish(log: EventLog, metrics: Metrics) {
         guard !finished.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let totalMs = RequestRecord.milliseconds(since: started)
-        var line = JSONLine()
-        line.string("request_id", requestId)
-        line.string("route", route)
-        line.string("method", method)
-        line.string("path", path)
-        line.string("decision", decision)
-        if let reason { line.string("reason", reason) }
-        line.int("status", status)
-        if let attestMethod { line.string("attest_method", attestMethod) }
-        line.string("client_ip", clientIP)
-        if let forwardedFor { line.string("forwarded_for", forwardedFor) }
-        if let userAgent { line.string("user_agent", userAgent) }
-        if let traceparent { line.string("traceparent", traceparent) }
-        if let keyId { line.string("key_id", String(keyId.prefix(12))) }
-        if let counter { line.int("counter", Int(counter)) }
-        if let riskMetric { line.int("risk_metric", riskMetric) }
-        if let debugToken { line.string("debug_token", debugToken) }
-        if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
-        if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
-        line.int("bytes_in", bytesIn)
-        line.int("bytes_out", bytesOut)
-        if let outcome { line.string("outcome", outcome.rawValue) }
-        line.number("total_ms", totalMs)
-        if let verifyMs { line.number("verify_ms", verifyMs) }
-        if let storeMs { line.number("store_ms", storeMs) }
-        if let upstreamMs { line.number("upstream_ms", upstreamMs) }
-        log.request(line, level: status >= 500 ? .error : .info)
-        // One lock for all of this request's metrics: with hundreds of connection threads, several
-        // acquisitions per request were a contention point.
-        let code = KnownSeries.code(status)
-        var updates = [
-            Metrics.Update.count("gateway_requests_total", ["route": route, "decision": decision, "reason": reason ?? "", "code": code],
-                                 help: MetricHelp.requests),
-            Metrics.Update.observe("gateway_request_duration_seconds", ["route": route, "code": code], seconds: totalMs / 1000,
-                                   help: MetricHelp.requestDuration),
-        ]
-        if let upstreamMs, upstreamStatus != nil {
-            updates.append(.observe("gateway_upstream_duration_seconds", ["route": route], seconds: upstreamMs / 1000,
-                                    help: "Time from forwarding to the last upstream byte relayed."))
+        log.request(level: status >= 500 ? .error : .info) { line in
+            line.string("request_id", requestId)
+            line.string("route", route)
+            line.string("method", method)
+            line.string("path", path)
+            line.string("decision", decision)
+            if let reason { line.string("reason", reason) }
+            line.int("status", status)
+            if let attestMethod { line.string("attest_method", attestMethod) }
+            line.string("client_ip", clientIP)
+            if let forwardedFor { line.string("forwarded_for", forwardedFor) }
+            if let userAgent { line.string("user_agent", userAgent) }
+            if let traceparent { line.string("traceparent", traceparent) }
+            if let keyId { line.string("key_id", String(keyId.prefix(12))) }
+            if let counter { line.int("counter", Int(counter)) }
+            if let riskMetric { line.int("risk_metric", riskMetric) }
+            if let debugToken { line.string("debug_token", debugToken) }
+            if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
+            if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
+            line.int("bytes_in", bytesIn)
+            line.int("bytes_out", bytesOut)
+            if let outcome { line.string("outcome", outcome.rawValue) }
+            line.number("total_ms", totalMs)
+            if let verifyMs { line.number("verify_ms", verifyMs) }
+            if let storeMs { line.number("store_ms", storeMs) }
+            if let upstreamMs { line.number("upstream_ms", upstreamMs) }
         }
-        if let attestMethod {
-            updates.append(.count("gateway_attest_requests_total", ["route": route, "attest_method": attestMethod, "decision": decision,
-                                                                   "reason": reason ?? ""],
-                                  help: "Assert-route requests by how they proved themselves, decision and reason code."))
-        }
+        // One lock for all of this request's metrics.
+        let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
+                                                          code: KnownSeries.code(status), attestMethod: attestMethod))
+        var updates = [series.requests.count(), series.duration.observe(seconds: totalMs / 1000)]
+        if let upstreamMs, upstreamStatus != nil { updates.append(series.upstream.observe(seconds: upstreamMs / 1000)) }
+        if let attest = series.attest { updates.append(attest.count()) }
         if let reason, reason.hasPrefix("store_") {
-            updates.append(.count("gateway_store_errors_total", ["reason": reason], help: "Requests that failed on the Redis state store."))
+            updates.append(.count("gateway_store_errors_total", ["reason": reason], help: MetricHelp.storeErrors))
         }
-        if let verifyMs {
-            updates.append(.observe("gateway_verify_duration_seconds", [:], seconds: verifyMs / 1000,
-                                    help: "Assertion verification time (pure checks and signature)."))
-        }
-        if let storeMs {
-            updates.append(.observe("gateway_store_duration_seconds", [:], seconds: storeMs / 1000,
-                                    help: "Time of the Redis commit of an assertion (one round trip)."))
-        }
+        if let verifyMs { updates.append(RequestSeries.verify.observe(seconds: verifyMs / 1000)) }
+        if let storeMs { updates.append(RequestSeries.store.observe(seconds: storeMs / 1000)) }
         metrics.apply(updates)
     }
 }

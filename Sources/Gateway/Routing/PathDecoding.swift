@@ -10,6 +10,11 @@
 public enum PathDecoding {
     public static func decode(_ rawPath: String) -> String? {
         let raw = Array(rawPath.utf8)
+        // Nothing to decode (most paths): the same checks, and the path itself as the result.
+        if !raw.contains(UInt8(ascii: "%")) {
+            let plain = raw.first == UInt8(ascii: "/") && !raw.contains { $0 == 0 || $0 == UInt8(ascii: "\\") } && hasOnlyPlainSegments(raw)
+            return plain ? rawPath : nil
+        }
         guard raw.first == UInt8(ascii: "/"), let bytes = percentDecoded(raw), hasOnlyPlainSegments(bytes) else {
             return nil
         }
@@ -37,14 +42,15 @@ public enum PathDecoding {
         return bytes
     }
 
+    /// The segments after the leading "/": none empty but the last, none "." or "..". One pass, no list.
     private static func hasOnlyPlainSegments(_ path: [UInt8]) -> Bool {
-        let segments = path.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-        for (position, segment) in segments.enumerated() {
-            let isLast = position == segments.count - 1
-            if segment.isEmpty && !isLast { return false }
-            if segment.elementsEqual([UInt8(ascii: ".")]) || segment.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
-                return false
-            }
+        let dot = UInt8(ascii: ".")
+        var start = 1
+        for index in 1...max(1, path.count) where index == path.count || path[index] == UInt8(ascii: "/") {
+            let length = index - start
+            if length == 0 && index != path.count { return false }
+            if (length == 1 && path[start] == dot) || (length == 2 && path[start] == dot && path[start + 1] == dot) { return false }
+            start = index + 1
         }
         return true
     }

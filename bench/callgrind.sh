@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Instructions per request, the deterministic cost figure (wall-clock benchmarks on this shared 2-core machine
+# are noisy): the release gateway runs under valgrind's callgrind with the bench's upstream (nginx
+# `return 200`) and config; after a warm-up, exactly COUNT pass-route requests (and, with PROFILE_ASSERT=1,
+# pre-signed assert-route requests) are measured. Prints instructions per request and leaves the callgrind
+# output in the work directory for callgrind_annotate. Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS
+# (16), PROFILE_ASSERT=1, PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_OUT (a new /tmp directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+count=${PROFILE_COUNT:-20000}
+connections=${PROFILE_CONNECTIONS:-16}
+devices=${PROFILE_DEVICES:-200}
+rounds=${PROFILE_ROUNDS:-10}
+work=${PROFILE_OUT:-$(mktemp -d /tmp/gateway-callgrind.XXXXXX)}
+mkdir -p "$work/ca" "$work/tmp" "$work/logs"
+chmod 755 "$work"
+gateway=.build/release/gateway
+[ -x "$gateway" ] || { echo "callgrind: build first (./scripts/release-build.sh)" >&2; exit 1; }
+
+gateway_pid="" grind_pid=""
+cleanup() {
+    set +e
+    [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
+    [ -n "$grind_pid" ] && kill "$grind_pid" 2>/dev/null
+    for pidfile in "$work"/nginx.pid "$work/redis.pid"; do [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+read -r redis_port upstream_port gateway_port admin_port < <(python3 -c '
+import socket
+sockets = [socket.socket() for _ in range(4)]
+for s in sockets: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in sockets])')
+gateway_url=http://127.0.0.1:$gateway_port
+
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
+    --pidfile "$work/redis.pid" --logfile "$work/logs/redis.log"
+cat > "$work/nginx.conf" <<EOF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/logs/nginx.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $work/tmp/body; proxy_temp_path $work/tmp/proxy; fastcgi_temp_path $work/tmp/fastcgi;
+  uwsgi_temp_path $work/tmp/uwsgi; scgi_temp_path $work/tmp/scgi;
+  server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{"ok":true}'; } }
+}
+EOF
+nginx -p "$work" -c "$work/nginx.conf" -e "$work/logs/nginx.log"
+"$gateway" bench ca --out "$work/ca" >/dev/null
+# bench/run.sh's gateway config, without the stream upstream.
+cat > "$work/gateway.yaml" <<EOF
+listen: "127.0.0.1:$gateway_port"
+admin_listen: "127.0.0.1:$admin_port"
+redis: { url: "redis://127.0.0.1:$redis_port/0", pool_size: 64, timeout_ms: 1000 }
+app_attest:
+  apps: ["BENCH12345.com.example.bench"]
+  environments: [development]
+  trust_anchor: "$work/ca/root.pem"
+  challenge_ttl_seconds: 3600
+upstreams:
+  fast: { url: "http://127.0.0.1:$upstream_port", max_idle_connections: 512 }
+routes:
+  - { path_prefix: "/pass/", upstream: fast, policy: pass }
+  - { path_prefix: "/assert/", upstream: fast, policy: assert }
+EOF
+
+wait_for() {
+    for _ in $(seq 600); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+    echo "callgrind: $1 did not come up" >&2
+    exit 1
+}
+
+if [ "${PROFILE_ASSERT:-0}" = 1 ]; then
+    # Devices are registered (and requests signed) against a gateway at full speed, then replayed to the
+    # profiled one: round 1 warms its key cache, rounds 2.. are measured.
+    "$gateway" serve --config "$work/gateway.yaml" > /dev/null 2> "$work/logs/prepare-gateway.err" &
+    gateway_pid=$!
+    wait_for "$gateway_url/pass/"
+    "$gateway" bench prepare --gateway "$gateway_url" --ca "$work/ca" --devices "$devices" --requests-per-device "$rounds" \
+        --out "$work/requests.txt" > "$work/prepare.json" 2> "$work/logs/prepare.log"
+    kill "$gateway_pid"; wait "$gateway_pid" 2>/dev/null || true
+    gateway_pid=""
+    awk -F'\t' '/^#/ || $2 == 1' "$work/requests.txt" > "$work/assert-warm.txt"
+    awk -F'\t' '/^#/ || $2 > 1' "$work/requests.txt" > "$work/assert-measured.txt"
+fi
+
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/callgrind.out.%p" \
+    "$gateway" serve --config "$work/gateway.yaml" > "$work/logs/gateway.log" 2> "$work/logs/gateway.err" &
+grind_pid=$!
+wait_for "$gateway_url/pass/"
+
+# N requests over C keep-alive connections (one wrk thread; it exits once N answers are in).
+fixed() {  # N URL [VAR=VALUE…]
+    local n=$1 url=$2
+    shift 2
+    env PROFILE_N="$n" "$@" wrk -t1 -c"$connections" -d600s --timeout 30s -s bench/callgrind.lua "$url" > "$work/logs/wrk.out" 2>&1
+    grep -E "^callgrind.lua" "$work/logs/wrk.out" || { echo "callgrind: wrk did not finish:" >&2; cat "$work/logs/wrk.out" >&2; exit 1; }
+}
+measure() {  # NAME N URL [VAR=VALUE…]: instructions of N requests, one callgrind dump
+    local name=$1 n=$2
+    shift 2
+    callgrind_control -i on "$grind_pid" > /dev/null
+    fixed "$n" "$@"
+    sleep 2  # the requests still in flight when wrk left (at most connections - 1)
+    callgrind_control -d "$name" "$grind_pid" > /dev/null
+    callgrind_control -i off "$grind_pid" > /dev/null
+    local file
+    file=$(ls -t "$work"/callgrind.out.* | head -1)
+    mv "$file" "$work/$name.callgrind"
+    local total
+    total=$(awk '/^totals:/ { print $2 }' "$work/$name.callgrind")  # "summary:" wraps once instrumentation was toggled
+    echo "callgrind: $name: $total instructions / $n requests = $((total / n)) per request ($work/$name.callgrind)"
+}
+
+fixed 2000 "$gateway_url/pass/items/1"  # warm-up: connections, curl handles, caches
+measure pass "$count" "$gateway_url/pass/items/1"
+if [ "${PROFILE_ASSERT:-0}" = 1 ]; then
+    # wrk calls request() once before the load to check what it returns: that first request is never sent.
+    warm=$(($(grep -vc '^#' "$work/assert-warm.txt") - 1))
+    measured=$(($(grep -vc '^#' "$work/assert-measured.txt") - 1))
+    fixed "$warm" "$gateway_url" BENCH_REQUESTS="$work/assert-warm.txt" BENCH_WORKDIR="$work/tmp"
+    measure assert "$measured" "$gateway_url" BENCH_REQUESTS="$work/assert-measured.txt" BENCH_WORKDIR="$work/tmp"
+fi
+echo "callgrind: work directory $work"
