@@ -36,46 +36,72 @@ enum HeadScan {
     }
 
     /// The request line and every field line of a complete head (ending in CRLF CRLF), in one pass over
-    /// its lines (no list of them: the head is checked per request).
+    /// its bytes (no list of lines: the head is checked per request, and signed requests' heads run to a
+    /// kilobyte). Every LF follows a CR (`findEnd` saw to it); a line is what lies between them.
     static func validate(_ head: UnsafeRawBufferPointer) -> RequestFraming.Violation? {
-        var requestLine: Range<Int>?
+        var lineEnd = 0
+        while head[lineEnd] != 0x0A { lineEnd += 1 }
+        let requestLine = 0..<(lineEnd - 1)
+        if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[requestLine])) { return violation }
         var hosts = 0
-        var lineStart = 0
-        for index in 0..<head.count where head[index] == 0x0A {
-            let line = lineStart..<(index - 1)  // without CR LF
-            lineStart = index + 1
-            guard requestLine != nil else {
-                requestLine = line
-                if let violation = checkRequestLine(UnsafeRawBufferPointer(rebasing: head[line])) { return violation }
+        var start = lineEnd + 1
+        while start < head.count {
+            if head[start] == 0x0D, head[start + 1] == 0x0A {  // an empty line: the head's end
+                start += 2
                 continue
             }
-            if line.isEmpty { continue }
-            let field = UnsafeRawBufferPointer(rebasing: head[line])
-            if field[0] == 0x20 || field[0] == 0x09 {
-                return bad("obs_fold", "a header line starts with whitespace (obsolete line folding)")
-            }
-            guard let colon = field.firstIndex(of: UInt8(ascii: ":")) else {
-                return bad("bad_header", "a header line has no colon")
-            }
-            guard colon > 0, field[..<colon].allSatisfy(isTokenByte) else {
-                return field[..<colon].contains(where: { $0 == 0x20 || $0 == 0x09 })
-                    ? bad("bad_header", "whitespace between a header name and its colon")
-                    : bad("bad_header", "a header name holds a byte that is not a token character")
-            }
-            // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
-            guard field[(colon + 1)...].allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
-                return bad("bad_header", "a header value holds a control character")
-            }
-            if colon == 4, field[0] | 0x20 == 0x68, field[1] | 0x20 == 0x6F, field[2] | 0x20 == 0x73, field[3] | 0x20 == 0x74 {
-                hosts += 1
+            switch checkField(head, from: start, hosts: &hosts) {
+            case .success(let next): start = next
+            case .failure(let violation): return violation
             }
         }
-        guard let requestLine else { return bad("bad_request_line", "empty request") }
         if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
         if hosts == 0, head[requestLine].suffix(3).elementsEqual("1.1".utf8) {
             return bad("missing_host", "an HTTP/1.1 request must carry a Host header")
         }
         return nil
+    }
+
+    /// The field line starting at `start`: a token name, a colon, a value of visible bytes, spaces, tabs and
+    /// obs-text. Gives where the next line starts.
+    private static func checkField(_ head: UnsafeRawBufferPointer, from start: Int, hosts: inout Int)
+        -> Result<Int, RequestFraming.Violation> {
+        let first = head[start]
+        if first == 0x20 || first == 0x09 {
+            return .failure(bad("obs_fold", "a header line starts with whitespace (obsolete line folding)"))
+        }
+        var colon = start
+        var nameIsToken = true, nameHasWhitespace = false
+        while head[colon] != UInt8(ascii: ":") {
+            let byte = head[colon]
+            if byte == 0x0A { return .failure(bad("bad_header", "a header line has no colon")) }
+            // The line's own CR (before its LF) is no part of it: it can only be followed by "no colon".
+            if !isTokenByte(byte) && !(byte == 0x0D && head[colon + 1] == 0x0A) {
+                nameIsToken = false
+                if byte == 0x20 || byte == 0x09 { nameHasWhitespace = true }
+            }
+            colon += 1
+        }
+        guard colon > start, nameIsToken else {
+            return .failure(nameHasWhitespace
+                ? bad("bad_header", "whitespace between a header name and its colon")
+                : bad("bad_header", "a header name holds a byte that is not a token character"))
+        }
+        // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
+        var index = colon + 1
+        while true {
+            let byte = head[index]
+            if byte == 0x0D && head[index + 1] == 0x0A { break }
+            guard byte == 0x09 || (byte >= 0x20 && byte != 0x7F) else {
+                return .failure(bad("bad_header", "a header value holds a control character"))
+            }
+            index += 1
+        }
+        if colon - start == 4, head[start] | 0x20 == 0x68, head[start + 1] | 0x20 == 0x6F, head[start + 2] | 0x20 == 0x73,
+           head[start + 3] | 0x20 == 0x74 {
+            hosts += 1
+        }
+        return .success(index + 2)
     }
 
     /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only.

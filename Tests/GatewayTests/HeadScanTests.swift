@@ -1,0 +1,59 @@
+@testable import HTTPServer
+import XCTest
+
+/// The raw head check on its own, case by case, down to the message: it reads the head byte by byte.
+final class HeadScanTests: XCTestCase {
+    private func scan(_ text: String) -> HeadScan.Outcome {
+        scan(Array(text.utf8))
+    }
+
+    private func scan(_ bytes: [UInt8]) -> HeadScan.Outcome {
+        bytes.withUnsafeBytes { HeadScan.findEnd($0, from: 0) }
+    }
+
+    private func assertRefused(_ bytes: [UInt8], _ reason: String, _ message: String, file: StaticString = #filePath, line: UInt = #line) {
+        guard case .invalid(let violation) = scan(bytes) else {
+            return XCTFail("accepted: \(String(decoding: bytes, as: UTF8.self).debugDescription)", file: file, line: line)
+        }
+        XCTAssertEqual(violation.reason, reason, file: file, line: line)
+        XCTAssertEqual(violation.message, message, file: file, line: line)
+    }
+
+    private func assertRefused(_ text: String, _ reason: String, _ message: String, file: StaticString = #filePath, line: UInt = #line) {
+        assertRefused(Array(text.utf8), reason, message, file: file, line: line)
+    }
+
+    func testWellFormedHeadsAreAccepted() {
+        let head = "GET /x HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nX-Tab:\ta\tb \r\nAccept: */*\r\n\r\n"
+        XCTAssertEqual(scan(head), .complete(start: 0, end: head.utf8.count))
+        XCTAssertEqual(scan("\r\nGET /x HTTP/1.0\r\n\r\n"), .complete(start: 2, end: 21), "a leading empty line; 1.0 needs no Host")
+        XCTAssertEqual(scan(Array("GET /x HTTP/1.1\r\nHost: t\r\nX-Text: caf".utf8) + [0xC3, 0xA9] + Array("\r\n\r\n".utf8)),
+                       .complete(start: 0, end: 43), "obs-text in a value")
+        XCTAssertEqual(scan("GET /x HTTP/1.1\r\nHost: t\r\n"), .incomplete(scanned: 25))
+    }
+
+    func testEachFieldLineViolationHasItsReasonAndMessage() {
+        let noColon = "a header line has no colon"
+        let whitespace = "whitespace between a header name and its colon"
+        let notToken = "a header name holds a byte that is not a token character"
+        let control = "a header value holds a control character"
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\n folded\r\n\r\n", "obs_fold", "a header line starts with whitespace (obsolete line folding)")
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX-No-Colon\r\n\r\n", "bad_header", noColon)
+        assertRefused("GET /x HTTP/1.1\r\nHost : t\r\n\r\n", "bad_header", whitespace)
+        assertRefused("GET /x HTTP/1.1\r\nX\tY: t\r\nHost: t\r\n\r\n", "bad_header", whitespace)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX(A): b\r\n\r\n", "bad_header", notToken)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\n: b\r\n\r\n", "bad_header", notToken)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX\rA: b\r\n\r\n", "bad_header", notToken)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX\rA\r\n\r\n", "bad_header", noColon)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX-A: a\rb\r\n\r\n", "bad_header", control)
+        assertRefused("GET /x HTTP/1.1\r\nHost: t\r\nX-A: a\u{7F}\r\n\r\n", "bad_header", control)
+        assertRefused(Array("GET /x HTTP/1.1\r\nHost: t\r\nX-A: a".utf8) + [0] + Array("\r\n\r\n".utf8), "bad_header", control)
+        assertRefused("GET /x HTTP/1.1\r\nX(A) b\r\nHost: t\r\n\r\n", "bad_header", noColon)  // told before the name
+    }
+
+    func testHostIsCountedWhateverItsCase() {
+        assertRefused("GET /x HTTP/1.1\r\nHost: a\r\nhOsT: b\r\n\r\n", "duplicate_host", "more than one Host header")
+        assertRefused("GET /x HTTP/1.1\r\nHosts: a\r\n\r\n", "missing_host", "an HTTP/1.1 request must carry a Host header")
+        assertRefused("GET /x HTTP/1.1\r\nX-Host: a\r\n\r\n", "missing_host", "an HTTP/1.1 request must carry a Host header")
+    }
+}
