@@ -14,6 +14,7 @@ rounds=${PROFILE_ROUNDS:-10}
 work=${PROFILE_OUT:-$(mktemp -d /tmp/gateway-callgrind.XXXXXX)}
 mkdir -p "$work/ca" "$work/tmp" "$work/logs"
 chmod 755 "$work"
+./scripts/install-deps.sh valgrind nginx wrk redis-server python3 curl
 gateway=.build/release/gateway
 [ -x "$gateway" ] || { echo "callgrind: build first (./scripts/release-build.sh)" >&2; exit 1; }
 

@@ -20,48 +20,42 @@ public final class Metrics: Sendable {
             case declare
         }
 
-        let name: String
-        let labels: String
-        /// name + labels: the series' key, built once.
-        let key: String
+        let series: Series
         let kind: Kind
-        let help: String
-        /// Histogram bucket bounds (latency unless said otherwise); fixed by the first update of a series.
-        let bounds: [Double]
 
-        init(name: String, labels: String, key: String? = nil, kind: Kind, help: String, bounds: [Double] = Metrics.latencyBuckets) {
-            self.name = name
-            self.labels = labels
-            self.key = key ?? name + labels
-            self.kind = kind
-            self.help = help
-            self.bounds = bounds
-        }
+        var name: String { series.name }
+        var labels: String { series.labels }
+        /// name + labels: the series' key, built once.
+        var key: String { series.key }
+        var help: String { series.help }
+        /// Histogram bucket bounds (latency unless said otherwise); fixed by the first update of a series.
+        var bounds: [Double] { series.bounds }
 
         public static func count(_ name: String, _ labels: KeyValuePairs<String, String>, by value: Double = 1, help: String = "") -> Update {
-            Update(name: name, labels: Metrics.render(labels), kind: .count(value), help: help)
+            Series(name, labels, help: help).count(by: value)
         }
 
         public static func observe(_ name: String, _ labels: KeyValuePairs<String, String>, seconds: Double, help: String = "") -> Update {
-            Update(name: name, labels: Metrics.render(labels), kind: .observe(seconds), help: help)
+            Series(name, labels, help: help).observe(seconds: seconds)
         }
 
         /// An observation of something other than time, into `buckets`.
         public static func observe(_ name: String, _ labels: KeyValuePairs<String, String>, value: Double, buckets: [Double],
                                    help: String = "") -> Update {
-            Update(name: name, labels: Metrics.render(labels), kind: .observe(value), help: help, bounds: buckets)
+            Update(series: Series(name, labels, help: help, buckets: buckets), kind: .observe(value))
         }
 
         /// A histogram series exported at zero until its first observation.
         public static func declareHistogram(_ name: String, _ labels: KeyValuePairs<String, String>,
                                             buckets: [Double] = Metrics.latencyBuckets, help: String = "") -> Update {
-            Update(name: name, labels: Metrics.render(labels), kind: .declare, help: help, bounds: buckets)
+            Update(series: Series(name, labels, help: help, buckets: buckets), kind: .declare)
         }
     }
 
     /// One series named and labelled once, for a hot path that updates it again and again: its updates need
-    /// no label rendering and no key building (those were a tenth of a relayed request's instructions).
-    public struct Series: Sendable {
+    /// no label rendering and no key building (those were a tenth of a relayed request's instructions). A
+    /// class, so an update carries one reference rather than copies of four strings and an array.
+    public final class Series: Sendable {
         let name: String
         let labels: String
         let key: String
@@ -77,11 +71,11 @@ public final class Metrics: Sendable {
         }
 
         public func count(by value: Double = 1) -> Update {
-            Update(name: name, labels: labels, key: key, kind: .count(value), help: help, bounds: bounds)
+            Update(series: self, kind: .count(value))
         }
 
         public func observe(seconds: Double) -> Update {
-            Update(name: name, labels: labels, key: key, kind: .observe(seconds), help: help, bounds: bounds)
+            Update(series: self, kind: .observe(seconds))
         }
     }
 
@@ -142,12 +136,8 @@ public final class Metrics: Sendable {
     }
 
     public func apply(_ updates: [Update]) {
-        let bucketIndexes = updates.map { update -> Int? in
-            guard case .observe(let seconds) = update.kind else { return nil }
-            return update.bounds.firstIndex { seconds <= $0 }
-        }
         shard.state.withLock { state in
-            for (update, bucket) in zip(updates, bucketIndexes) {
+            for update in updates {
                 // An existing series is updated in place, found with one hash of its key; its name's help was
                 // recorded when the shard's first series of that name was made.
                 switch update.kind {
@@ -159,6 +149,7 @@ public final class Metrics: Sendable {
                         if state.help[update.name] == nil { state.help[update.name] = ("counter", update.help) }
                     }
                 case .observe(let seconds):
+                    let bucket = update.bounds.firstIndex { seconds <= $0 }
                     // Modified in place: a copy taken out and stored back duplicated the bucket array each time.
                     if let index = state.histograms.index(forKey: update.key) {
                         state.histograms.values[index].record(seconds, bucket: bucket)
