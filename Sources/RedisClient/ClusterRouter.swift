@@ -143,9 +143,9 @@ final class ClusterRouter: RedisRouting {
     /// Asks the known primaries, then the seeds, for the slot map; the first complete answer wins.
     private func refresh() async {
         refreshedAtMs = loop.nowMs
-        let known = Set(owners.primaries)
-        let candidates = known.sorted { ($0.host, $0.port) < ($1.host, $1.port) }.filter { !(nodes[$0]?.recentlyFailed ?? false) }
-            + seeds.filter { !known.contains($0) || nodes[$0]?.recentlyFailed == true }
+        // Known primaries that answer, then the seeds, then the rest (a node that just failed is asked last).
+        let all = owners.primaries + seeds.filter { !owners.primaries.contains($0) }
+        let candidates = all.filter { !(nodes[$0]?.recentlyFailed ?? false) } + all.filter { nodes[$0]?.recentlyFailed ?? false }
         var failures: [String] = []
         for address in candidates {
             do throws(RedisClientError) {

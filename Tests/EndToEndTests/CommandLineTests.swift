@@ -122,4 +122,26 @@ extension CommandLineTests {
         XCTAssertEqual(stagingStatus, 0, stagingOutput)
         XCTAssertFalse(stagingOutput.contains("debug_tokens"), stagingOutput)
     }
+
+    /// The redis.tls files are loaded into OpenSSL as serve would: a key that is not the certificate's stops it.
+    func testCheckConfigLoadsTheRedisTLSFiles() throws {
+        let directory = TestPaths.temporaryDirectory("redis-tls-check")
+        _ = try TestCertificates(directory: directory)  // ca.crt, client.crt/.key, server.key in the directory
+        let config = { (key: String) in
+            """
+            redis: { url: "rediss://localhost:6380/0", tls: { ca_file: ca.crt, cert_file: client.crt, key_file: \(key) } }
+            app_attest: { apps: ["ABCDE12345.com.example.app"] }
+            upstreams: { api: { url: "http://127.0.0.1:9000" } }
+            routes: [{ path_prefix: "/", upstream: api, policy: pass }]
+            """
+        }
+        try config("client.key").write(toFile: directory + "/good.yaml", atomically: true, encoding: .utf8)
+        try config("server.key").write(toFile: directory + "/mismatch.yaml", atomically: true, encoding: .utf8)
+        let (status, output) = try gateway(["check-config", directory + "/good.yaml"])
+        XCTAssertEqual(status, 0, output)
+        let (mismatchStatus, mismatchOutput) = try gateway(["check-config", directory + "/mismatch.yaml"])
+        XCTAssertEqual(mismatchStatus, 1, mismatchOutput)
+        XCTAssertTrue(mismatchOutput.contains("redis.tls: ") && mismatchOutput.contains("does not match"), mismatchOutput)
+        XCTAssertFalse(mismatchOutput.contains("PRIVATE KEY"), "the key's content is never printed")
+    }
 }
