@@ -92,7 +92,9 @@ final class MonitoringEndToEndTests: XCTestCase {
         XCTAssertEqual(try app.send(app.signed("POST", "/secure/x", body: [1, 2])).status, 200)
         XCTAssertEqual(try env.request("POST", "/secure/x", body: [1]).status, 401)
         XCTAssertEqual(try env.request("GET", "/report/x").status, 200)
-        XCTAssertEqual(try env.request("GET", "/down/x", headers: [HTTPField("X-Request-Id", "down-1")]).status, 502)
+        let down = try env.request("GET", "/down/x", headers: [HTTPField("X-Request-Id", "down-1")])
+        XCTAssertEqual(down.status, 502)
+        let downBody = down.text
         XCTAssertEqual(try env.request("GET", "/closed/x").status, 403)
         let raw = try RawHTTPClient(port: env.gateway.port)
         try raw.send("POST /public/x HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")
@@ -125,8 +127,9 @@ final class MonitoringEndToEndTests: XCTestCase {
             let status = line["status"] as? Int ?? 0
             XCTAssertEqual(line["level"] as? String, status >= 500 ? "error" : "info", "\(line)")
         }
-        // Every documented field shows up (the risk metric needs a refreshed receipt, not made here).
-        XCTAssertEqual(Set(schema.types.keys).subtracting(seen), ["risk_metric"])
+        // Every documented field shows up (the risk metric needs a refreshed receipt, not made here; debug
+        // tokens have their line checked in AttestClientTests).
+        XCTAssertEqual(Set(schema.types.keys).subtracting(seen), ["risk_metric", "debug_token"])
 
         let tracedLine = try XCTUnwrap(requests.first { $0["request_id"] as? String == "trace-1" })
         XCTAssertEqual(tracedLine["client_ip"] as? String, "198.51.100.23", "10.1.1.1 and the peer are trusted proxies")
@@ -141,7 +144,13 @@ final class MonitoringEndToEndTests: XCTestCase {
         let rejected = try XCTUnwrap(requests.first { $0["decision"] as? String == "rejected" })
         XCTAssertEqual(rejected["route"] as? String, "-")
         XCTAssertEqual(rejected["client_ip"] as? String, "127.0.0.1")
-        XCTAssertEqual(requests.first { $0["request_id"] as? String == "down-1" }?["level"] as? String, "error")
+        let downLine = try XCTUnwrap(requests.first { $0["request_id"] as? String == "down-1" })
+        XCTAssertEqual(downLine["level"] as? String, "error")
+        // What failed, with the address, is the operator's; the client only learns that the upstream did.
+        let detail = try XCTUnwrap(downLine["detail"] as? String, "\(downLine)")
+        XCTAssertTrue(detail.contains("127.0.0.1"), detail)
+        XCTAssertFalse(downBody.contains("127.0.0.1"), downBody)
+        XCTAssertTrue(downBody.contains("the upstream is unavailable"), downBody)
 
         let metrics = try env.admin("/metrics").text
         XCTAssertTrue(metrics.contains(#"gateway_requests_total{route="/down/",decision="upstream_error",reason="upstream_unavailable",code="5xx"} 1"#), metrics)
@@ -227,7 +236,11 @@ struct LogSchema {
         var always = Set<String>()
         for line in section.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard cells.count >= 4 else { continue }
+            // A row without its type column is a stale copy of the table, which the parse would skip.
+            guard cells.count >= 4 else {
+                XCTFail("a request-line row without a type: \(line)")
+                continue
+            }
             let fields = cells[0].split(separator: "`", omittingEmptySubsequences: false).enumerated()
                 .compactMap { $0.offset % 2 == 1 ? String($0.element) : nil }
             for field in fields {
@@ -257,7 +270,11 @@ enum MetricsTable {
         var table: [String: Set<String>] = [:]
         for line in section.split(separator: "\n") where line.hasPrefix("| `") {
             let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard cells.count >= 4 else { continue }
+            // A row without its type column is a stale copy of the table, which the parse would skip.
+            guard cells.count >= 4 else {
+                XCTFail("a request-line row without a type: \(line)")
+                continue
+            }
             let name = cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
             // Label names are the backticked words outside parentheses (which hold example values).
             var depth = 0

@@ -197,7 +197,9 @@ final class RedisTLSTests: XCTestCase {
         let refused = try env.app().get("/attest/challenge")  // the shared challenge secret is in Redis
         XCTAssertEqual(refused.status, 503, refused.text)
         XCTAssertEqual(refused.error, "store_unavailable")
-        XCTAssertTrue(refused.text.contains("certificate verify failed"), refused.text)
+        XCTAssertFalse(refused.text.contains("certificate"), "the TLS failure is the operator's: \(refused.text)")
+        let line = env.gateway.waitForEvent { $0["event"] as? String == "request" && $0["reason"] as? String == "store_unavailable" }
+        XCTAssertTrue((line?["detail"] as? String ?? "").contains("certificate verify failed"), "\(line ?? [:])")
         let keys = try Command.run(TestPaths.gatewayBinary, ["keys", "show", Base64.encode([UInt8](repeating: 7, count: 32)), "--config", env.gateway.configPath])
         XCTAssertNotEqual(keys.status, 0)
         XCTAssertTrue(keys.output.contains("certificate verify failed"), keys.output)

@@ -26,6 +26,7 @@ struct AssertRoute {
             guard route.mode == .report else { throw error }
             record.decision = "report_failed"
             record.reason = error.reasonCode
+            record.detail = error.internalDetail
             return Outcome(identity: Forwarder.Identity(status: "report_failed:" + error.reasonCode, keyId: nil, riskMetric: nil),
                            pendingClaim: nil)
         }
@@ -39,7 +40,8 @@ struct AssertRoute {
             try await DeviceGate(apple: apple, store: runtime.store).claim(device, policy: route.deviceCheck)
         } catch {
             log.event(.error, "devicecheck_claim_failed", ["request_id": record.requestId, "route": route.name,
-                                                           "reason": error.reasonCode, "message": error.message])
+                                                           "reason": error.reasonCode, "message": error.message,
+                                                           "detail": error.internalDetail ?? ""])
         }
     }
 

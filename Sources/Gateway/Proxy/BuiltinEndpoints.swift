@@ -159,6 +159,7 @@ struct BuiltinEndpoints {
                 try runtime.store.scheduleReceiptRefresh(keyId: key.keyId, environment: key.environment, at: first)
             } catch {
                 record.reason = "receipt_schedule_failed"
+                record.detail = error.message
             }
         }
         metrics.increment("gateway_attestations_total", ["result": "registered", "reason": ""], help: "Attestations by result.")

@@ -80,6 +80,7 @@ struct Forwarder {
             stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
                 if let error {
                     record.reason = error.reasonCode
+                    record.detail = error.description
                     exchange.abort(.upstreamAborted)
                 } else {
                     exchange.endResponse()

@@ -145,11 +145,11 @@ public enum GatewayError: Error, Equatable {
         case .routeNotFound: return "no route matches this path"
         case .methodNotAllowed(let allowed): return "this route accepts \(allowed.joined(separator: ", "))"
         case .routeDenied: return "this route is closed"
-        case .storeUnavailable(let detail): return "the state store is unavailable: \(detail)"
-        case .storeError(let detail): return "the state store answered unexpectedly: \(detail)"
-        case .upstreamUnavailable(let detail): return "the upstream is unavailable: \(detail)"
-        case .upstreamTimeout(let detail): return "the upstream did not answer in time: \(detail)"
-        case .upstreamProtocolError(let detail): return "the upstream answered with a malformed response: \(detail)"
+        case .storeUnavailable: return "the state store is unavailable" + Self.seeLog
+        case .storeError: return "the state store answered unexpectedly" + Self.seeLog
+        case .upstreamUnavailable: return "the upstream is unavailable" + Self.seeLog
+        case .upstreamTimeout: return "the upstream did not answer in time" + Self.seeLog
+        case .upstreamProtocolError: return "the upstream answered with a malformed response" + Self.seeLog
         case .deviceTokenMissing: return "this route needs an X-Apple-Device-Token header (DCDevice.generateToken, base64)"
         case .deviceTokenInvalid(let detail): return "Apple did not accept the device token: \(detail)"
         case .deviceTokenReused: return "this device token was already used; generate a new one"
@@ -158,15 +158,31 @@ public enum GatewayError: Error, Equatable {
         case .claimInProgress: return "this app's previous request for this once-per-device action is still running"
         case .rateLimited(let seconds): return "this app key made too many requests on this route; retry in \(seconds) s"
         case .riskTooHigh(let metric, let limit): return "the key's risk metric \(metric) is above this route's limit \(limit)"
-        case .appleUnavailable(let detail): return "Apple's DeviceCheck service cannot be reached: \(detail)"
-        case .appleMisconfigured(let detail): return "the gateway's Apple credentials were refused: \(detail)"
+        case .appleUnavailable: return "Apple's DeviceCheck service cannot be reached" + Self.seeLog
+        case .appleMisconfigured: return "the gateway's Apple credentials were refused" + Self.seeLog
         case .tokenExpired: return "the token has expired; mint a new one at /assert/token"
         case .tokenInvalid(let detail): return "the token is not valid: \(detail)"
         case .tokenRevoked: return "the key this token was minted for has been revoked"
         case .tokenReused: return "this route accepts a token once and this one was already used; mint a new one"
-        case .tokenSigningFailed(let detail): return "the gateway could not sign a token: \(detail)"
+        case .tokenSigningFailed: return "the gateway could not sign a token" + Self.seeLog
         case .debugTokenInvalid: return "the debug token is not one of this gateway's app_attest.debug_tokens"
         case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
+        }
+    }
+
+    private static let seeLog = "; the gateway's log line for this request (X-Request-Id) has the detail"
+
+    /// What failed inside the gateway's own dependencies (Redis, the upstream, Apple, the token key) as the
+    /// gateway saw it: addresses, Redis', curl's or Apple's words. Logged as `detail`, never sent: a client
+    /// learns which part failed, not the deployment behind it.
+    public var internalDetail: String? {
+        switch self {
+        case .storeUnavailable(let detail), .storeError(let detail), .upstreamUnavailable(let detail), .upstreamTimeout(let detail),
+             .upstreamProtocolError(let detail), .appleUnavailable(let detail), .appleMisconfigured(let detail),
+             .tokenSigningFailed(let detail):
+            return detail
+        default:
+            return nil
         }
     }
 

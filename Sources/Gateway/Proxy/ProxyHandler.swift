@@ -61,6 +61,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
 
     private func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
         record.reason = error.reasonCode
+        record.detail = error.internalDetail
         if record.decision != "upstream_error" { record.decision = "denied" }
         record.status = error.status
         var response = HTTPResponse.error(status: error.status, reason: error.reasonCode, message: error.message)

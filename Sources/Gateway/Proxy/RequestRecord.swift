@@ -12,6 +12,8 @@ final class RequestRecord: @unchecked Sendable {
     var route = "-"
     var decision = "denied"
     var reason: String?
+    /// What a dependency said when it failed (`GatewayError.internalDetail`): for the log only.
+    var detail: String?
     var keyId: String?
     /// How an assert-route request proved itself: `assertion`, `token`, `devicecheck`.
     var attestMethod: String?
@@ -58,6 +60,7 @@ final class RequestRecord: @unchecked Sendable {
             line.string("path", path)
             line.string("decision", decision)
             if let reason { line.string("reason", reason) }
+            if let detail { line.string("detail", String(detail.prefix(512))) }
             line.int("status", status)
             if let attestMethod { line.string("attest_method", attestMethod) }
             line.string("client_ip", clientIP)
