@@ -113,6 +113,13 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
         if stopping { core.stop() }
     }
 
+    /// From the loop's thread only: runs `action` at the end of this iteration, before the loop next polls
+    /// for I/O, so what an iteration's requests queue (Redis commands) can leave in one write.
+    public func beforePoll(_ action: @escaping () -> Void) {
+        precondition(inLoop, "beforePoll is for the loop's own thread")
+        core.beforePoll(action)
+    }
+
     /// Now, in the loop's clock (milliseconds, updated once per loop iteration).
     public var nowMs: UInt64 { core.nowMs }
 

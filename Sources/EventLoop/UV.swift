@@ -12,6 +12,9 @@ final class LoopCore {
     /// Keeps the loop from sleeping in poll while work queued from its own thread waits.
     private let idle: UnsafeMutablePointer<uv_idle_t>
     private var idling = false
+    /// Runs `beforePoll` actions once the iteration's work is done, right before the loop polls.
+    private let prepare: UnsafeMutablePointer<uv_prepare_t>
+    private var beforePollActions: [() -> Void] = []
     /// Connections whose writes all went out at once: told `drained()` on the next iteration, as a
     /// completed write request would have been.
     fileprivate var drainedConnections: [TCPConnection] = []
@@ -23,10 +26,13 @@ final class LoopCore {
         loop = .allocate(capacity: 1)
         wakeup = .allocate(capacity: 1)
         idle = .allocate(capacity: 1)
+        prepare = .allocate(capacity: 1)
         self.onWake = onWake
         try check(uv_loop_init(loop), "uv_loop_init")
         uv_idle_init(loop, idle)
         idle.pointee.data = nil
+        uv_prepare_init(loop, prepare)
+        prepare.pointee.data = nil
         try check(uv_async_init(loop, wakeup) { async in
             guard let async, let data = async.pointee.data else { return }
             Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue().onWake()
@@ -54,6 +60,22 @@ final class LoopCore {
         }
     }
 
+    /// From the loop's own thread: run `action` once this iteration's callbacks and jobs are done, before the
+    /// loop polls again (writes issued during one iteration leave in one system call).
+    func beforePoll(_ action: @escaping () -> Void) {
+        beforePollActions.append(action)
+        guard beforePollActions.count == 1 else { return }
+        prepare.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        uv_prepare_start(prepare) { prepare in
+            guard let prepare, let data = prepare.pointee.data else { return }
+            let core = Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue()
+            uv_prepare_stop(prepare)
+            let actions = core.beforePollActions
+            core.beforePollActions.removeAll(keepingCapacity: true)
+            for action in actions { action() }
+        }
+    }
+
     /// Runs until `stop()` and every handle is closed.
     func run() { uv_run(loop, UV_RUN_DEFAULT) }
 
@@ -63,7 +85,7 @@ final class LoopCore {
     func stop() {
         uv_walk(loop, { handle, _ in
             guard let handle, uv_is_closing(handle) == 0 else { return }
-            if handle.pointee.type != UV_ASYNC, handle.pointee.type != UV_IDLE, let data = handle.pointee.data,
+            if handle.pointee.type != UV_ASYNC, handle.pointee.type != UV_IDLE, handle.pointee.type != UV_PREPARE, let data = handle.pointee.data,
                let owner = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as? LoopHandle {
                 owner.close()
             } else {
@@ -78,6 +100,7 @@ final class LoopCore {
         loop.deallocate()
         wakeup.deallocate()
         idle.deallocate()
+        prepare.deallocate()
         readBuffer.deallocate()
     }
 }

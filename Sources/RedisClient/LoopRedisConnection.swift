@@ -44,6 +44,11 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     private(set) var failure: String?
     /// Written before the connection is up.
     private var queued: [UInt8] = []
+    /// This loop iteration's commands, written together before the loop polls: one system call here and one
+    /// read on Redis' side for all of them, rather than one each.
+    private var outgoing: [UInt8] = []
+    /// Commands wait in `outgoing` for the end of the iteration.
+    private(set) var hasOutgoing = false
     private var waiting: [(deadline: UInt64, reply: Reply)] = []
     private var head = 0
     private var inbound: [UInt8] = []
@@ -135,7 +140,18 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     }
 
     private func write(_ buffer: [UInt8]) {
-        if ready, let socket { socket.write(buffer) } else { queued += buffer }
+        guard ready, socket != nil else { return queued += buffer }
+        outgoing += buffer
+        guard !hasOutgoing else { return }
+        hasOutgoing = true
+        loop.beforePoll { [weak self] in self?.flush() }
+    }
+
+    private func flush() {
+        hasOutgoing = false
+        guard let socket, !outgoing.isEmpty else { return }
+        socket.write(outgoing)
+        outgoing.removeAll(keepingCapacity: true)
     }
 
     func received(_ bytes: UnsafeRawBufferPointer) {
@@ -198,6 +214,7 @@ final class LoopRedisConnection: TCPConnectionDelegate {
         }
         socket?.close()
         socket = nil
+        outgoing = []
         timer?.close()
         timer = nil
         // Commands that never reached a server that would run them can go elsewhere.

@@ -42,6 +42,8 @@ final class LoopRedisNode {
     }
 
     private func pick() throws(RedisClientError) -> LoopRedisConnection {
+        // The connection holding this iteration's commands takes this one too: they leave in one write.
+        for case let connection? in connections where connection.hasOutgoing && !connection.isClosed { return connection }
         next = (next + 1) % connections.count
         if let connection = connections[next] {
             if !connection.isClosed { return connection }

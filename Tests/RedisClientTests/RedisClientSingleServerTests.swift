@@ -70,6 +70,41 @@ final class RedisClientSingleServerTests: XCTestCase {
         XCTAssertEqual(replies, (0..<500).map { .string(Array("v\($0)".utf8)) })
     }
 
+    /// Commands issued in one loop iteration leave in one write: Redis reads them in a go (its
+    /// total_reads_processed), not one read per command, and each still gets its own reply.
+    func testCommandsOfOneLoopIterationLeaveInOneWrite() throws {
+        let server = try RedisTestServer()
+        defer { server.stop() }
+        let redis = client(server, connections: 4)
+        let loop = Unchecked(self.loop!)
+        for _ in 0..<4 { XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("PING")) }, .status("PONG")) }
+        let before = try onLoop { await Self.readsProcessed(redis) }
+        let accepted = try onLoop { () -> Int in
+            await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<200 {
+                    group.addTask(executorPreference: loop.value) {
+                        (try? await redis.value.command(Self.bytes("SET", "k\(index)", "v\(index)"))) == .status("OK")
+                    }
+                }
+                var accepted = 0
+                for await ok in group where ok { accepted += 1 }
+                return accepted
+            }
+        }
+        let after = try onLoop { await Self.readsProcessed(redis) }
+        XCTAssertEqual(accepted, 200)
+        let reads = try XCTUnwrap(after) - XCTUnwrap(before)
+        XCTAssertLessThanOrEqual(reads, 6, "200 commands of one iteration took \(reads) reads on Redis' side")
+        XCTAssertEqual(try onLoop { try? await redis.value.command(Self.bytes("GET", "k199")) }, .string(Array("v199".utf8)))
+    }
+
+    /// `total_reads_processed` of INFO stats.
+    private static func readsProcessed(_ redis: Unchecked<Redis>) async -> Int? {
+        guard case .string(let info)? = try? await redis.value.command(bytes("INFO", "stats")) else { return nil }
+        let line = String(decoding: info, as: UTF8.self).split(whereSeparator: \.isNewline).first { $0.hasPrefix("total_reads_processed:") }
+        return line.flatMap { Int($0.dropFirst("total_reads_processed:".count)) }
+    }
+
     func testLogsInAndSelectsTheDatabase() throws {
         let server = try RedisTestServer(password: "s3cret")
         defer { server.stop() }
