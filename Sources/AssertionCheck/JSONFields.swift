@@ -77,7 +77,15 @@ struct JSONFields {
     /// A string token; escapes decoded, control characters and invalid UTF-8 rejected.
     private mutating func parseString() -> String? {
         guard consume(UInt8(ascii: "\"")) else { return nil }
-        var output = [UInt8]()
+        // Most strings have no escape: one scan, one String made from the slice (no per-byte append).
+        var end = index
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+        if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+            defer { index = end + 1 }
+            return String(validating: bytes[index..<end], as: UTF8.self)
+        }
+        var output = Array(bytes[index..<end])
+        index = end
         while let byte = peek {
             index += 1
             switch byte {

@@ -301,6 +301,16 @@ final class SimulatorReasonTests: XCTestCase {
         assertReason(.clientDataInvalid, try ClientData.parse(Array("not json".utf8)), "not JSON")
         assertReason(.clientDataInvalid, try ClientData.parse(Array(#"{"challenge":"c","method":"GET"}"#.utf8)),
                         "missing fields")
+        let hash = SHA256.hash([]).base64EncodedForTest
+        func object(path: [UInt8], extra: String = "") -> [UInt8] {
+            Array(#"{"challenge":"c","method":"GET","bodySHA256":"\#(hash)","path":""#.utf8) + path + Array("\"\(extra)}".utf8)
+        }
+        XCTAssertEqual(try ClientData.parse(object(path: Array("/a".utf8))).path, "/a")
+        XCTAssertEqual(try ClientData.parse(object(path: Array(#"/a\u00e9b"#.utf8))).path, "/a\u{e9}b", "an escape after plain bytes")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: [0x2F, 0x01])), "a raw control character")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: [0x2F, 0xC3, 0x28])), "invalid UTF-8")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: #","path":"/b""#)), "a repeated member")
+        assertReason(.clientDataInvalid, try ClientData.parse(Array(object(path: Array("/a".utf8)).dropLast(2))), "an unterminated string")
     }
 
     // MARK: TestCA persistence
@@ -345,4 +355,8 @@ final class SimulatorReasonTests: XCTestCase {
             XCTAssertEqual((error as? SimulatorError)?.reasonCode, "ca_invalid")
         }
     }
+}
+
+private extension Array where Element == UInt8 {
+    var base64EncodedForTest: String { Data(self).base64EncodedString() }
 }
