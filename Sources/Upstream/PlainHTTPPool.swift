@@ -1,0 +1,93 @@
+import EventLoop
+
+/// One kept-alive connection to an `http://` upstream, owned by its loop: the socket, the response parser
+/// it reuses for every exchange, and the peer as logged. While idle in the pool it keeps reading (no
+/// epoll_ctl between exchanges): anything it hears then (the upstream closing it, or bytes out of turn)
+/// closes it.
+final class PlainHTTPConnection: TCPConnectionDelegate {
+    let tcp: TCPConnection
+    let parser = ResponseParser()
+    /// "ip:port", "[ip]:port" for IPv6.
+    let remoteAddress: String
+    fileprivate let key: String
+    fileprivate weak var pool: PlainHTTPPool?
+
+    init(_ tcp: TCPConnection, key: String, port: Int) {
+        self.tcp = tcp
+        self.key = key
+        let ip = tcp.peerAddress
+        remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
+    }
+
+    func close() {
+        pool = nil
+        tcp.close()
+    }
+
+    // Idle only (an exchange is the socket's delegate while it runs).
+    func received(_ bytes: UnsafeRawBufferPointer) { pool?.drop(self) }
+    func readEnded(error: LoopError?) { pool?.drop(self) }
+    func drained() {}
+}
+
+/// The idle connections of one loop, per upstream host and port, most recently used last (likeliest alive);
+/// bounded per upstream (`maxIdleConnections`) and for the loop (`LoopMulti.idleConnectionsPerLoop`). Also
+/// what exchanges reuse instead of allocating per request: the first-byte/idle timers and the buffer a
+/// request head is assembled in. Loop thread only.
+final class PlainHTTPPool {
+    let loop: EventLoop
+    private let capacity: Int
+    private var idle: [String: [PlainHTTPConnection]] = [:]
+    private(set) var idleCount = 0
+    private var spareWatchdogs: [Watchdog] = []
+    /// The request head (and a small in-memory body, or a chunk's framing) is assembled here, then written
+    /// with one call; TCPConnection copies what it cannot write at once.
+    var scratch: [UInt8] = []
+
+    init(loop: EventLoop, capacity: Int) {
+        self.loop = loop
+        self.capacity = capacity
+        scratch.reserveCapacity(4096)
+    }
+
+    func take(_ key: String) -> PlainHTTPConnection? {
+        guard let connection = idle[key]?.popLast() else { return nil }
+        idleCount -= 1
+        connection.pool = nil
+        return connection
+    }
+
+    /// After a clean exchange with keep-alive semantics: kept if there is room, else closed.
+    func put(_ connection: PlainHTTPConnection, limit: Int) {
+        guard idleCount < capacity, idle[connection.key, default: []].count < limit, !connection.tcp.isClosed else {
+            return connection.close()
+        }
+        idle[connection.key, default: []].append(connection)
+        idleCount += 1
+        connection.pool = self
+        connection.tcp.delegate = connection
+        connection.tcp.startReading()
+    }
+
+    /// An idle connection stirred: the upstream closed it or spoke out of turn.
+    fileprivate func drop(_ connection: PlainHTTPConnection) {
+        if let index = idle[connection.key]?.firstIndex(where: { $0 === connection }) {
+            idle[connection.key]?.remove(at: index)
+            idleCount -= 1
+        }
+        connection.close()
+    }
+
+    func takeWatchdog() -> Watchdog { spareWatchdogs.popLast() ?? Watchdog(loop) }
+
+    func giveBack(_ watchdog: Watchdog) {
+        watchdog.disarm()
+        if spareWatchdogs.count < 1024 { spareWatchdogs.append(watchdog) } else { watchdog.close() }
+    }
+
+    /// Keeps the assembly buffer from holding on to a large body's worth of memory.
+    func trimScratch() {
+        if scratch.capacity > 256 * 1024 { scratch = [] }
+        scratch.removeAll(keepingCapacity: true)
+    }
+}
