@@ -5,7 +5,7 @@ import EventLoop
 /// connection from the loop's pool or a new one, the request head (and an in-memory body) in one write,
 /// the response framed by libhttp-parser, paced both ways (the receiver's `false` stops reading the upstream;
 /// a streamed upload is taken no faster than the socket sends it). Loop thread only.
-final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, UpstreamStreamBackend, UploadConsumer {
+final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private enum Phase { case connecting, awaitingHead, body, done }
     /// What the watchdog is timing now, for its message.
     private enum Clock { case connect, firstByte, idle, total }
@@ -76,7 +76,7 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
 
     deinit {
         // Dropped without `relay`'s end or `cancel` (a caller that gave up): the connection cannot be reused.
-        if !ended { connection?.close() }
+        if let connection = detach(), !ended { connection.close() }
         pool.giveBack(watchdog)
     }
 
@@ -97,7 +97,7 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
 
     private func start(_ headDone: @escaping (Result<Void, UpstreamError>) -> Void) {
         onHead = headDone
-        watchdog.expired = { [weak self] in self?.timedOut() }
+        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
         if let idle = pool.take(endpoint.poolKey) {
             reused = true
             attach(idle)
@@ -130,8 +130,7 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
     private func attach(_ connection: PlainHTTPConnection) {
         self.connection = connection
         remoteAddress = connection.remoteAddress
-        connection.tcp.delegate = self
-        connection.parser.delegate = self
+        connection.exchange = self
         connection.parser.reset()
         receivedAny = false
     }
@@ -245,8 +244,7 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
     private func retry() {
         retried = true
         reused = false
-        connection?.close()
-        connection = nil
+        detach()?.close()
         connect()
     }
 
@@ -310,10 +308,9 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
     /// The final response was read whole: its connection goes back to the pool if HTTP allows and nothing
     /// of this exchange is still under way on it.
     private func complete() {
-        guard let connection else { return }
+        guard let connection = detach() else { return }
         watchdog.stop()
         phase = .done
-        self.connection = nil
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
             && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
@@ -326,8 +323,7 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
         guard outcome == nil, !ended else { return }
         watchdog.stop()
         phase = .done
-        connection?.close()
-        connection = nil
+        detach()?.close()
         upload?.consumer = nil
         outcome = .some(error)
         if let onHead {
@@ -420,7 +416,15 @@ final class PlainHTTPExchange: TCPConnectionDelegate, ResponseParserDelegate, Up
         onHead = nil
         watchdog.stop()
         upload?.consumer = nil
-        connection?.close()
-        connection = nil
+        detach()?.close()
+    }
+
+    /// Lets go of the connection (and it of this exchange); the caller pools or closes what it gets.
+    @discardableResult
+    private func detach() -> PlainHTTPConnection? {
+        guard let connection else { return nil }
+        connection.exchange = nil
+        self.connection = nil
+        return connection
     }
 }

@@ -1,14 +1,18 @@
 import EventLoop
 
 /// One kept-alive connection to an `http://` upstream, owned by its loop: the socket, the response parser
-/// it reuses for every exchange, and the peer as logged. While idle in the pool it keeps reading (no
-/// epoll_ctl between exchanges): anything it hears then (the upstream closing it, or bytes out of turn)
-/// closes it.
-final class PlainHTTPConnection: TCPConnectionDelegate {
+/// it reuses for every exchange, and the peer as logged. It stays the socket's and the parser's delegate for
+/// its whole life and hands their events to the exchange it serves (a weak reference set per exchange
+/// would cost an allocation per request). While idle in the pool it keeps reading (no epoll_ctl between
+/// exchanges): anything it hears then (the upstream closing it, or bytes out of turn) closes it.
+final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
     /// "ip:port", "[ip]:port" for IPv6.
     let remoteAddress: String
+    /// The exchange this connection serves, nil while idle. The exchange holds the connection and clears this
+    /// before it lets go (at the latest in its deinit), so the reference never dangles.
+    unowned(unsafe) var exchange: PlainHTTPExchange?
     fileprivate let key: String
     fileprivate weak var pool: PlainHTTPPool?
 
@@ -17,17 +21,31 @@ final class PlainHTTPConnection: TCPConnectionDelegate {
         self.key = key
         let ip = tcp.peerAddress
         remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
+        tcp.delegate = self
+        parser.delegate = self
     }
 
     func close() {
+        exchange = nil
         pool = nil
         tcp.close()
     }
 
-    // Idle only (an exchange is the socket's delegate while it runs).
-    func received(_ bytes: UnsafeRawBufferPointer) { pool?.drop(self) }
-    func readEnded(error: LoopError?) { pool?.drop(self) }
-    func drained() {}
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        if let exchange { exchange.received(bytes) } else { pool?.drop(self) }
+    }
+
+    func readEnded(error: LoopError?) {
+        if let exchange { exchange.readEnded(error: error) } else { pool?.drop(self) }
+    }
+
+    func drained() { exchange?.drained() }
+
+    func parsedField(name: UnsafeRawBufferPointer) { exchange?.parsedField(name: name) }
+    func parsedValue(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedValue(bytes) }
+    func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
+    func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
+    func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
 
 /// The idle connections of one loop, per upstream host and port, most recently used last (likeliest alive);
@@ -65,7 +83,7 @@ final class PlainHTTPPool {
         idle[connection.key, default: []].append(connection)
         idleCount += 1
         connection.pool = self
-        connection.tcp.delegate = connection
+        connection.exchange = nil
         connection.tcp.startReading()
     }
 
