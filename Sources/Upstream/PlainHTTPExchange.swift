@@ -253,13 +253,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     func parsedField(name bytes: UnsafeRawBufferPointer) {
         if inValue { commitField() }
         headBytes += bytes.count
-        name += bytes
+        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
     }
 
     func parsedValue(_ bytes: UnsafeRawBufferPointer) {
         inValue = true
         headBytes += bytes.count
-        value += bytes
+        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
     }
 
     func parsedHeadersComplete(status: Int) -> Bool {
@@ -278,7 +278,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             // Taken whole even when the receiver then reports full: only later bytes wait.
             receiverFull = !onBody(bytes)
         } else {
-            pending += bytes
+            pending.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
         }
     }
 
@@ -296,11 +296,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             inValue = false
         }
         guard !name.isEmpty else { return }
-        var trimmed = value[...]
-        while let first = trimmed.first, first == 0x20 || first == 0x09 { trimmed = trimmed.dropFirst() }
-        while let last = trimmed.last, last == 0x20 || last == 0x09 { trimmed = trimmed.dropLast() }
         if fields.isEmpty { fields.reserveCapacity(16) }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self), String(decoding: trimmed, as: UTF8.self)))
+        let text = value.withUnsafeBufferPointer { bytes in
+            var start = 0, end = bytes.count
+            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+        }
+        fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
     }
 
     // MARK: - Ending

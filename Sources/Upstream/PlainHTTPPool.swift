@@ -55,7 +55,9 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 final class PlainHTTPPool {
     let loop: EventLoop
     private let capacity: Int
-    private var idle: [String: [PlainHTTPConnection]] = [:]
+    /// Per upstream host and port: a short list searched in order (small-string compares cost less than
+    /// hashing the key twice a request).
+    private var idle: [(key: String, connections: [PlainHTTPConnection])] = []
     private(set) var idleCount = 0
     private var spareWatchdogs: [Watchdog] = []
     /// The request head (and a small in-memory body, or a chunk's framing) is assembled here, then written
@@ -69,7 +71,7 @@ final class PlainHTTPPool {
     }
 
     func take(_ key: String) -> PlainHTTPConnection? {
-        guard let connection = idle[key]?.popLast() else { return nil }
+        guard let slot = idle.firstIndex(where: { $0.key == key }), let connection = idle[slot].connections.popLast() else { return nil }
         idleCount -= 1
         connection.pool = nil
         return connection
@@ -77,10 +79,14 @@ final class PlainHTTPPool {
 
     /// After a clean exchange with keep-alive semantics: kept if there is room, else closed.
     func put(_ connection: PlainHTTPConnection, limit: Int) {
-        guard idleCount < capacity, idle[connection.key, default: []].count < limit, !connection.tcp.isClosed else {
+        let slot = idle.firstIndex { $0.key == connection.key } ?? {
+            idle.append((connection.key, []))
+            return idle.count - 1
+        }()
+        guard idleCount < capacity, idle[slot].connections.count < limit, !connection.tcp.isClosed else {
             return connection.close()
         }
-        idle[connection.key, default: []].append(connection)
+        idle[slot].connections.append(connection)
         idleCount += 1
         connection.pool = self
         connection.exchange = nil
@@ -89,8 +95,9 @@ final class PlainHTTPPool {
 
     /// An idle connection stirred: the upstream closed it or spoke out of turn.
     fileprivate func drop(_ connection: PlainHTTPConnection) {
-        if let index = idle[connection.key]?.firstIndex(where: { $0 === connection }) {
-            idle[connection.key]?.remove(at: index)
+        if let slot = idle.firstIndex(where: { $0.key == connection.key }),
+           let index = idle[slot].connections.firstIndex(where: { $0 === connection }) {
+            idle[slot].connections.remove(at: index)
             idleCount -= 1
         }
         connection.close()
