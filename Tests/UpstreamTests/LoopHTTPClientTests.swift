@@ -437,4 +437,46 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(results[4].status, 204)
         XCTAssertEqual(results.map(\.remoteAddress).first, "127.0.0.1:\(upstream.port)")
     }
+
+    func testIPv6LiteralBaseURLsConnectAndNameTheirPeerInBrackets() throws {
+        let server = try ScriptedUpstream(ipv6: true) { connection in
+            connection.readHead()
+            connection.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nv6")
+            connection.waitForClose()
+        }
+        let result = try run(try client(server.baseURL + "/base"), Self.get("/x?y=1")).first
+        XCTAssertEqual(result?.text, "v6")
+        XCTAssertEqual(result?.remoteAddress, "[::1]:\(server.port)")
+        XCTAssertEqual(server.requests.first?.split(separator: "\r\n").prefix(2), ["GET /base/x?y=1 HTTP/1.1", "Host: [::1]:\(server.port)"])
+    }
+
+    func testCancelClosesTheConnectionAndAnAbortedUploadFailsTheExchange() throws {
+        let closed = DispatchSemaphore(value: 0)
+        let server = try ScriptedUpstream { connection in
+            let head = connection.readHead() ?? ""
+            if head.contains("/stream") {
+                connection.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+            }
+            connection.waitForClose()
+            closed.signal()
+        }
+        let client = try client(server.baseURL)
+        let loop: EventLoop = self.loop
+        let results = try onLoop { () -> [Exchanged] in
+            var cancelled = Exchanged()
+            if let multi = try? LoopMulti.current(), let stream = try? await client.open(Self.get("/stream"), on: multi) {
+                cancelled.status = stream.status
+                stream.cancel()
+            }
+            let upload = UpstreamUpload(length: 10)
+            _ = Array("part".utf8).withUnsafeBytes { upload.write($0) }
+            loop.executeOnLoop { upload.abort() }
+            return [cancelled, await Self.exchange(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload)]
+        }
+        XCTAssertEqual(results[0].status, 200)
+        XCTAssertEqual(closed.wait(timeout: .now() + 5), .success, "the cancelled exchange's connection was closed")
+        XCTAssertEqual(results[1].error?.reasonCode, "upstream_protocol_error")
+        XCTAssertEqual(closed.wait(timeout: .now() + 5), .success, "the aborted upload's connection was closed")
+        XCTAssertEqual(server.connections, 2)
+    }
 }

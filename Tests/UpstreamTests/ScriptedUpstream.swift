@@ -11,30 +11,46 @@ final class ScriptedUpstream: @unchecked Sendable {
     private let serve: @Sendable (ScriptedConnection) -> Void
     private let state = Mutex<(connections: Int, requests: [String], stopped: Bool)>((0, [], false))
 
-    init(serve: @escaping @Sendable (ScriptedConnection) -> Void) throws {
+    /// `ipv6`: listens on [::1] instead of 127.0.0.1.
+    init(ipv6: Bool = false, serve: @escaping @Sendable (ScriptedConnection) -> Void) throws {
         self.serve = serve
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.ipv6 = ipv6
+        let listener = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var address = sockaddr_storage()
+        let length = socklen_t(ipv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutableBytes(of: &address) { raw in
+            if ipv6 {
+                var v6 = sockaddr_in6()
+                v6.sin6_family = sa_family_t(AF_INET6)
+                inet_pton(AF_INET6, "::1", &v6.sin6_addr)
+                withUnsafeBytes(of: v6) { raw.copyMemory(from: $0) }
+            } else {
+                var v4 = sockaddr_in()
+                v4.sin_family = sa_family_t(AF_INET)
+                v4.sin_addr.s_addr = inet_addr("127.0.0.1")
+                withUnsafeBytes(of: v4) { raw.copyMemory(from: $0) }
+            }
+        }
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
         }
         guard bound == 0, listen(listener, 64) == 0 else { throw ScriptError("bind/listen failed: errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var boundLength = length
         withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &length) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &boundLength) }
         }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        // sin_port and sin6_port sit at the same offset.
+        port = Int(UInt16(bigEndian: withUnsafeBytes(of: &address) { $0.load(fromByteOffset: 2, as: UInt16.self) }))
         self.listener = listener
         Thread { [self] in acceptLoop() }.start()
     }
 
     deinit { stop() }
 
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    private let ipv6: Bool
+    var baseURL: String { ipv6 ? "http://[::1]:\(port)" : "http://127.0.0.1:\(port)" }
     /// Connections accepted so far.
     var connections: Int { state.withLock { $0.connections } }
     /// Every request head read so far, in order (request line and fields).
