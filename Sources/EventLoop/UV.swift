@@ -326,18 +326,26 @@ public final class TCPConnection: LoopHandle {
     }
 
     /// An outbound connection: `host` (a name or an IP literal) is resolved without blocking the loop, then
-    /// each address is tried in turn. `done` gets the connection, or the last error; it is called once.
+    /// each address is tried in turn. `done` gets the connection, or the last error; it is called once, unless
+    /// the returned attempt is cancelled first (a connect timeout): then never, and the socket is closed.
+    @discardableResult
     public static func connect(_ loop: EventLoop, host: String, port: Int,
-                               done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
+                               done: @escaping (Result<TCPConnection, LoopError>) -> Void) -> ConnectAttempt {
         let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        let context = Unmanaged.passRetained(Resolving(loop: loop, done: done) as AnyObject).toOpaque()
+        let resolving = Resolving(loop: loop, done: done)
+        let attempt = ConnectAttempt(resolving)
+        let context = Unmanaged.passRetained(resolving as AnyObject).toOpaque()
         request.pointee.data = context
         let started = uv_getaddrinfo(loop.core.loop, request, { request, status, addresses in
             guard let request else { return }
             let resolving = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Resolving
             request.deallocate()
+            guard !resolving.cancelled else {
+                if let addresses { uv_freeaddrinfo(addresses) }
+                return
+            }
             guard status == 0, let addresses else {
                 return resolving.done(.failure(LoopError(operation: "resolving", code: status)))
             }
@@ -358,12 +366,29 @@ public final class TCPConnection: LoopHandle {
             request.deallocate()
             done(.failure(LoopError(operation: "resolving \(host)", code: started)))
         }
+        return attempt
+    }
+
+    /// A connect under way, which its caller may give up on.
+    public final class ConnectAttempt {
+        private let resolving: Resolving
+        fileprivate init(_ resolving: Resolving) { self.resolving = resolving }
+
+        /// `done` will not be called; a socket being connected is closed now (not when the kernel gives up).
+        public func cancel() {
+            resolving.cancelled = true
+            resolving.connecting?.close()
+            resolving.connecting = nil
+        }
     }
 
     /// One connect attempt in flight (uv_connect_t), keeping the connection and the caller's callback.
-    private final class Resolving {
+    fileprivate final class Resolving {
         let loop: EventLoop
         let done: (Result<TCPConnection, LoopError>) -> Void
+        var cancelled = false
+        /// The socket of the address being tried.
+        var connecting: TCPConnection?
 
         init(loop: EventLoop, done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
             self.loop = loop
@@ -371,8 +396,11 @@ public final class TCPConnection: LoopHandle {
         }
 
         func tryNext(_ candidates: ArraySlice<sockaddr_storage>, lastError: LoopError) {
+            connecting = nil
+            guard !cancelled else { return }
             guard var address = candidates.first else { return done(.failure(lastError)) }
             let connection = TCPConnection(loop)
+            connecting = connection
             let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
             let attempt = Attempt(resolving: self, connection: connection, rest: candidates.dropFirst())
             request.pointee.data = Unmanaged.passRetained(attempt as AnyObject).toOpaque()
@@ -405,6 +433,8 @@ public final class TCPConnection: LoopHandle {
         }
 
         func finished(_ status: Int32) {
+            if resolving.cancelled { return connection.close() }
+            resolving.connecting = nil
             if status == 0 {
                 uv_tcp_nodelay(connection.handle, 1)
                 return resolving.done(.success(connection))

@@ -21,6 +21,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private var phase = Phase.connecting
     private var clock = Clock.connect
     private var connection: PlainHTTPConnection?
+    /// A new connection under way: given up (its socket closed) when the exchange times out or is cancelled.
+    private var connecting: TCPConnection.ConnectAttempt?
     private let startNs = DispatchTime.now().uptimeNanoseconds
     private var totalDeadlineNs: UInt64?
     private var reused = false
@@ -110,7 +112,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private func connect() {
         phase = .connecting
         arm(timeouts.connectMs, .connect)
-        TCPConnection.connect(pool.loop, host: endpoint.host, port: endpoint.port) { [self] result in
+        connecting = TCPConnection.connect(pool.loop, host: endpoint.host, port: endpoint.port) { [self] result in
+            connecting = nil
             guard phase == .connecting, !ended, outcome == nil else {
                 if case .success(let late) = result { late.close() }  // the exchange timed out or was cancelled meanwhile
                 return
@@ -326,6 +329,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         guard outcome == nil, !ended else { return }
         watchdog.stop()
         phase = .done
+        connecting?.cancel()
+        connecting = nil
         detach()?.close()
         upload?.consumer = nil
         outcome = .some(error)
@@ -419,6 +424,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         onHead = nil
         watchdog.stop()
         upload?.consumer = nil
+        connecting?.cancel()
+        connecting = nil
         detach()?.close()
     }
 

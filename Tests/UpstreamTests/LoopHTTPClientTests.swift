@@ -1,5 +1,6 @@
 import EventLoop
 import Foundation
+import Glibc
 import Synchronization
 import TestSupport
 import Upstream
@@ -31,9 +32,10 @@ final class LoopHTTPClientTests: XCTestCase {
         var text: String { String(decoding: body, as: UTF8.self) }
     }
 
-    private func client(_ baseURL: String, firstByteMs: Int = 3000, idleMs: Int = 3000, totalMs: Int = 0, maxIdle: Int = 8) throws -> UpstreamClient {
+    private func client(_ baseURL: String, connectMs: Int = 2000, firstByteMs: Int = 3000, idleMs: Int = 3000, totalMs: Int = 0,
+                        maxIdle: Int = 8) throws -> UpstreamClient {
         UpstreamClient(target: try UpstreamTarget(baseURL: baseURL, timeouts: UpstreamTimeouts(
-            connectMs: 2000, firstByteMs: firstByteMs, idleMs: idleMs, totalMs: totalMs), maxIdleConnections: maxIdle))
+            connectMs: connectMs, firstByteMs: firstByteMs, idleMs: idleMs, totalMs: totalMs), maxIdleConnections: maxIdle))
     }
 
     /// Runs `body` as a task on the loop and waits for it (bounded).
@@ -283,6 +285,35 @@ final class LoopHTTPClientTests: XCTestCase {
     }
 
     // MARK: - Timeouts
+
+    func testAConnectThatHangsIsGivenUpAtTheConnectTimeoutAndItsSocketClosed() throws {
+        // A listener whose accept queue is full (backlog 0, one connection never accepted) drops further SYNs.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && listen(listener, 0) == 0
+                && getsockname(listener, $0, &length) == 0 }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let filler = try RawHTTPClient(port: port)
+        defer { filler.disconnect() }
+        let openDescriptors = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
+        // The loop's upstream state (curl's multi handle, the resolver's threads) is made by a first exchange.
+        let refused = try ScriptedUpstream { _ in }
+        refused.stop()
+        _ = try run(try client(refused.baseURL), Self.get("/"))
+        let before = openDescriptors()
+        let started = Date()
+        let result = try run(try client("http://127.0.0.1:\(port)", connectMs: 200), Self.get("/")).first
+        XCTAssertEqual(result?.error, .timeout("could not connect to 127.0.0.1:\(port) within 200 ms"))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1)
+        Thread.sleep(forTimeInterval: 0.1)
+        XCTAssertEqual(openDescriptors(), before, "the abandoned connect's socket is closed, not left to the kernel's retries")
+    }
 
     func testNoHeadWithinTheFirstByteTimeoutIsATimeout() throws {
         let server = try ScriptedUpstream { connection in
