@@ -35,10 +35,6 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     // The response head as the parser reports it.
     private(set) var status = 0
     private(set) var fields: [HTTPField] = []
-    private var name: [UInt8] = []
-    private var value: [UInt8] = []
-    private var inValue = false
-    private var headBytes = 0
     private var headComplete = false
     private var messageComplete = false
     /// Bytes followed the final response: the connection is not reused.
@@ -134,7 +130,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.connection = connection
         remoteAddress = connection.remoteAddress
         connection.exchange = self
-        connection.parser.reset()
+        connection.reset()
         receivedAny = false
     }
 
@@ -189,7 +185,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         // The parser is the connection's: it stays alive through the feed even if the exchange lets go of it.
         let fed = withExtendedLifetime(connection) { connection.parser.feed(bytes) }
         guard self.connection != nil else { return }  // the receiver cancelled while taking body bytes
-        if headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
+        if connection.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
         switch fed {
         case .failed(let reason):
             return fail(.protocolError("the upstream's response is not valid HTTP/1.1: \(reason)"))
@@ -253,20 +249,17 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     // MARK: - Parser events
 
-    func parsedField(name bytes: UnsafeRawBufferPointer) {
-        if inValue { commitField() }
-        headBytes += bytes.count
-        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-    }
-
-    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
-        inValue = true
-        headBytes += bytes.count
-        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    /// Names as received, values as UTF-8 (invalid bytes replaced) without surrounding blanks.
+    func parsedField(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        var start = 0, end = value.count
+        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
+        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
+        if fields.isEmpty { fields.reserveCapacity(16) }
+        fields.append(HTTPField(String(decoding: name, as: UTF8.self),
+                                String(decoding: UnsafeBufferPointer(rebasing: value[start..<end]), as: UTF8.self)))
     }
 
     func parsedHeadersComplete(status: Int) -> Bool {
-        commitField()
         guard status >= 200 else {
             fields.removeAll(keepingCapacity: true)  // an interim response (100, 103): the final one follows
             return false
@@ -289,24 +282,6 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         guard status >= 200 else { return false }
         messageComplete = true
         return true
-    }
-
-    /// Names as received, values as UTF-8 (invalid bytes replaced) without surrounding blanks.
-    private func commitField() {
-        defer {
-            name.removeAll(keepingCapacity: true)
-            value.removeAll(keepingCapacity: true)
-            inValue = false
-        }
-        guard !name.isEmpty else { return }
-        if fields.isEmpty { fields.reserveCapacity(16) }
-        let text = value.withUnsafeBufferPointer { bytes in
-            var start = 0, end = bytes.count
-            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
-            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
-        }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
     }
 
     // MARK: - Ending

@@ -15,6 +15,13 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     unowned(unsafe) var exchange: PlainHTTPExchange?
     fileprivate let key: String
     fileprivate weak var pool: PlainHTTPPool?
+    /// A field's name and value may arrive in pieces (a read can end inside one): joined here, in buffers
+    /// kept from one exchange to the next, and handed over whole.
+    private var name: [UInt8] = []
+    private var value: [UInt8] = []
+    private var inValue = false
+    /// Field bytes of the response being read (its limit is the exchange's to enforce).
+    private(set) var headBytes = 0
 
     init(_ tcp: TCPConnection, key: String, port: Int) {
         self.tcp = tcp
@@ -41,9 +48,41 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
     func drained() { exchange?.drained() }
 
-    func parsedField(name: UnsafeRawBufferPointer) { exchange?.parsedField(name: name) }
-    func parsedValue(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedValue(bytes) }
-    func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
+    /// For the next response: the parser anew, no field half-read.
+    func reset() {
+        parser.reset()
+        name.removeAll(keepingCapacity: true)
+        value.removeAll(keepingCapacity: true)
+        inValue = false
+        headBytes = 0
+    }
+
+    func parsedField(name bytes: UnsafeRawBufferPointer) {
+        if inValue { handOverField() }
+        headBytes += bytes.count
+        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
+    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
+        inValue = true
+        headBytes += bytes.count
+        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
+    private func handOverField() {
+        if !name.isEmpty, let exchange {
+            name.withUnsafeBufferPointer { name in value.withUnsafeBufferPointer { exchange.parsedField(name: name, value: $0) } }
+        }
+        name.removeAll(keepingCapacity: true)
+        value.removeAll(keepingCapacity: true)
+        inValue = false
+    }
+
+    func parsedHeadersComplete(status: Int) -> Bool {
+        handOverField()
+        return exchange?.parsedHeadersComplete(status: status) ?? true
+    }
+
     func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
     func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
