@@ -164,7 +164,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             pool.trimScratch()
             pool.scratch += String(bytes.count, radix: 16).utf8
             pool.scratch += "\r\n".utf8
-            pool.scratch += bytes
+            pool.scratch.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
             pool.scratch += "\r\n".utf8
             pool.scratch.withUnsafeBytes { tcp.write($0) }
         }
