@@ -331,11 +331,19 @@ public final class TCPConnection: LoopHandle {
     @discardableResult
     public static func connect(_ loop: EventLoop, host: String, port: Int,
                                done: @escaping (Result<TCPConnection, LoopError>) -> Void) -> ConnectAttempt {
+        let resolving = Resolving(loop: loop, done: done)
+        let attempt = ConnectAttempt(resolving)
+        // An IP literal needs no resolver (uv_getaddrinfo is a round trip through libuv's thread pool).
+        if let literal = ipLiteral(host, port: port) {
+            // A connect that fails at once still reports later, as after a resolution: never inside this call.
+            resolving.reportLater = true
+            resolving.tryNext([literal][...], lastError: LoopError(operation: "connect", code: -EINVAL))
+            resolving.reportLater = false
+            return attempt
+        }
         let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        let resolving = Resolving(loop: loop, done: done)
-        let attempt = ConnectAttempt(resolving)
         let context = Unmanaged.passRetained(resolving as AnyObject).toOpaque()
         request.pointee.data = context
         let started = uv_getaddrinfo(loop.core.loop, request, { request, status, addresses in
@@ -369,6 +377,29 @@ public final class TCPConnection: LoopHandle {
         return attempt
     }
 
+    /// `host` as an IPv4 or IPv6 address with `port`, or nil when it is a name.
+    private static func ipLiteral(_ host: String, port: Int) -> sockaddr_storage? {
+        var storage = sockaddr_storage()
+        let found = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+            var v4 = sockaddr_in()
+            if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+                v4.sin_family = sa_family_t(AF_INET)
+                v4.sin_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
+                withUnsafeBytes(of: v4) { raw.copyMemory(from: $0) }
+                return true
+            }
+            var v6 = sockaddr_in6()
+            if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+                v6.sin6_family = sa_family_t(AF_INET6)
+                v6.sin6_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
+                withUnsafeBytes(of: v6) { raw.copyMemory(from: $0) }
+                return true
+            }
+            return false
+        }
+        return found ? storage : nil
+    }
+
     /// A connect under way, which its caller may give up on.
     public final class ConnectAttempt {
         private let resolving: Resolving
@@ -387,6 +418,8 @@ public final class TCPConnection: LoopHandle {
         let loop: EventLoop
         let done: (Result<TCPConnection, LoopError>) -> Void
         var cancelled = false
+        /// `connect` has not returned yet: a failure is reported on the loop's next turn.
+        var reportLater = false
         /// The socket of the address being tried.
         var connecting: TCPConnection?
 
@@ -398,7 +431,10 @@ public final class TCPConnection: LoopHandle {
         func tryNext(_ candidates: ArraySlice<sockaddr_storage>, lastError: LoopError) {
             connecting = nil
             guard !cancelled else { return }
-            guard var address = candidates.first else { return done(.failure(lastError)) }
+            guard var address = candidates.first else {
+                guard reportLater else { return done(.failure(lastError)) }
+                return loop.executeOnLoop { [self] in if !cancelled { done(.failure(lastError)) } }
+            }
             let connection = TCPConnection(loop)
             connecting = connection
             let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
