@@ -398,6 +398,50 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(received.withLock { $0 }, total)
     }
 
+    func testAStreamedUploadIsTakenNoFasterThanTheUpstreamReadsIt() throws {
+        let total = 32 << 20
+        let reading = DispatchSemaphore(value: 0)
+        let server = try ScriptedUpstream { connection in
+            connection.readHead()
+            _ = reading.wait(timeout: .now() + 10)  // the upstream takes nothing until the test says so
+            let body = connection.read(total)
+            connection.send("HTTP/1.1 200 OK\r\nContent-Length: \(String(body.count).utf8.count)\r\n\r\n\(body.count)")
+            connection.waitForClose()
+        }
+        let client = try client(server.baseURL, firstByteMs: 10_000)
+        let loop: EventLoop = self.loop
+        let upload = Unchecked(UpstreamUpload(length: total))
+        let written = Mutex(0)
+        let piece = [UInt8](repeating: 1, count: 64 * 1024)
+        // Writes until the upload says it is full, again when it drained, until the whole body went.
+        nonisolated(unsafe) var produce: (() -> Void)?
+        produce = {
+            while written.withLock({ $0 }) < total {
+                let more = piece.withUnsafeBytes { upload.value.write($0) }
+                written.withLock { $0 += piece.count }
+                if !more { return }
+            }
+            upload.value.finish()
+        }
+        upload.value.onDrained = { loop.executeOnLoop { produce?() } }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: Exchanged?
+        Task(executorPreference: loop) {
+            loop.executeOnLoop { produce?() }
+            result = await Self.exchange(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload.value)
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        let stalled = written.withLock { $0 }
+        XCTAssertLessThan(stalled, 12 << 20, "the client's body is not taken faster than the upstream reads it")
+        XCTAssertGreaterThan(stalled, 0)
+        reading.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        XCTAssertNil(result?.error)
+        XCTAssertEqual(result?.text, String(total))
+        produce = nil
+    }
+
     // MARK: - What is sent
 
     func testRequestHeadIsTheCallersWithHostFromTheBaseURLAndFramingFromTheBody() throws {
