@@ -41,8 +41,9 @@ let package = Package(
         .target(name: "RedisClient", dependencies: ["EventLoop", "CTLS"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
         .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient"]),
-        // libcurl transport to the protected API.
-        .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
+        // Transport to the protected API: on the event loops, an own HTTP/1.1 client for http:// (libhttp-parser
+        // frames the responses) and curl's multi handle for https://; curl alone off the loops.
+        .target(name: "Upstream", dependencies: ["CCurl", "CHTTPParser", "EventLoop"]),
         // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
         .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "Upstream"]),
         // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
@@ -65,7 +66,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TestSupport"]),
-        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "TestSupport"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",
                                                    "RedisClient", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),

@@ -349,18 +349,34 @@ public final class TCPConnection: LoopHandle {
     }
 
     /// An outbound connection: `host` (a name or an IP literal) is resolved without blocking the loop, then
-    /// each address is tried in turn. `done` gets the connection, or the last error; it is called once.
+    /// each address is tried in turn. `done` gets the connection, or the last error; it is called once, unless
+    /// the returned attempt is cancelled first (a connect timeout): then never, and the socket is closed.
+    @discardableResult
     public static func connect(_ loop: EventLoop, host: String, port: Int,
-                               done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
+                               done: @escaping (Result<TCPConnection, LoopError>) -> Void) -> ConnectAttempt {
+        let resolving = Resolving(loop: loop, done: done)
+        let attempt = ConnectAttempt(resolving)
+        // An IP literal needs no resolver (uv_getaddrinfo is a round trip through libuv's thread pool).
+        if let literal = ipLiteral(host, port: port) {
+            // A connect that fails at once still reports later, as after a resolution: never inside this call.
+            resolving.reportLater = true
+            resolving.tryNext([literal][...], lastError: LoopError(operation: "connect", code: -EINVAL))
+            resolving.reportLater = false
+            return attempt
+        }
         let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        let context = Unmanaged.passRetained(Resolving(loop: loop, done: done) as AnyObject).toOpaque()
+        let context = Unmanaged.passRetained(resolving as AnyObject).toOpaque()
         request.pointee.data = context
         let started = uv_getaddrinfo(loop.core.loop, request, { request, status, addresses in
             guard let request else { return }
             let resolving = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Resolving
             request.deallocate()
+            guard !resolving.cancelled else {
+                if let addresses { uv_freeaddrinfo(addresses) }
+                return
+            }
             guard status == 0, let addresses else {
                 return resolving.done(.failure(LoopError(operation: "resolving", code: status)))
             }
@@ -381,12 +397,54 @@ public final class TCPConnection: LoopHandle {
             request.deallocate()
             done(.failure(LoopError(operation: "resolving \(host)", code: started)))
         }
+        return attempt
+    }
+
+    /// `host` as an IPv4 or IPv6 address with `port`, or nil when it is a name.
+    private static func ipLiteral(_ host: String, port: Int) -> sockaddr_storage? {
+        var storage = sockaddr_storage()
+        let found = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
+            var v4 = sockaddr_in()
+            if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+                v4.sin_family = sa_family_t(AF_INET)
+                v4.sin_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
+                withUnsafeBytes(of: v4) { raw.copyMemory(from: $0) }
+                return true
+            }
+            var v6 = sockaddr_in6()
+            if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+                v6.sin6_family = sa_family_t(AF_INET6)
+                v6.sin6_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
+                withUnsafeBytes(of: v6) { raw.copyMemory(from: $0) }
+                return true
+            }
+            return false
+        }
+        return found ? storage : nil
+    }
+
+    /// A connect under way, which its caller may give up on.
+    public final class ConnectAttempt {
+        private let resolving: Resolving
+        fileprivate init(_ resolving: Resolving) { self.resolving = resolving }
+
+        /// `done` will not be called; a socket being connected is closed now (not when the kernel gives up).
+        public func cancel() {
+            resolving.cancelled = true
+            resolving.connecting?.close()
+            resolving.connecting = nil
+        }
     }
 
     /// One connect attempt in flight (uv_connect_t), keeping the connection and the caller's callback.
-    private final class Resolving {
+    fileprivate final class Resolving {
         let loop: EventLoop
         let done: (Result<TCPConnection, LoopError>) -> Void
+        var cancelled = false
+        /// `connect` has not returned yet: a failure is reported on the loop's next turn.
+        var reportLater = false
+        /// The socket of the address being tried.
+        var connecting: TCPConnection?
 
         init(loop: EventLoop, done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
             self.loop = loop
@@ -394,8 +452,14 @@ public final class TCPConnection: LoopHandle {
         }
 
         func tryNext(_ candidates: ArraySlice<sockaddr_storage>, lastError: LoopError) {
-            guard var address = candidates.first else { return done(.failure(lastError)) }
+            connecting = nil
+            guard !cancelled else { return }
+            guard var address = candidates.first else {
+                guard reportLater else { return done(.failure(lastError)) }
+                return loop.executeOnLoop { [self] in if !cancelled { done(.failure(lastError)) } }
+            }
             let connection = TCPConnection(loop)
+            connecting = connection
             let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
             let attempt = Attempt(resolving: self, connection: connection, rest: candidates.dropFirst())
             request.pointee.data = Unmanaged.passRetained(attempt as AnyObject).toOpaque()
@@ -428,6 +492,8 @@ public final class TCPConnection: LoopHandle {
         }
 
         func finished(_ status: Int32) {
+            if resolving.cancelled { return connection.close() }
+            resolving.connecting = nil
             if status == 0 {
                 uv_tcp_nodelay(connection.handle, 1)
                 return resolving.done(.success(connection))

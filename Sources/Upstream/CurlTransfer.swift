@@ -15,7 +15,7 @@ let curlGlobalInit: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 /// connection outlives each exchange (keep-alive).
 ///
 /// Used by one thread at a time; `TransferPool` hands ownership from thread to thread.
-final class CurlTransfer: @unchecked Sendable {
+final class CurlTransfer: @unchecked Sendable, UploadConsumer {
     let easy: UnsafeMutableRawPointer
     private let multi: UnsafeMutableRawPointer?
 
@@ -159,6 +159,9 @@ final class CurlTransfer: @unchecked Sendable {
         onDone = nil
         done?(result)
     }
+
+    /// Loop mode: the upload has more bytes (or its end) for curl's read callback.
+    func uploadReady() { resume() }
 
     /// Loop mode: lets a paused transfer deliver again (curl may call back from inside this call).
     func resume() {

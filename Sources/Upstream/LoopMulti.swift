@@ -16,6 +16,8 @@ public final class LoopMulti: @unchecked Sendable {
     /// system calls per request under load). Closed when curl closes the socket (`closeSocket`), or when
     /// the idle connection stirs (the upstream closed it; curl finds that out itself on reuse).
     private var parked = Set<Int32>()
+    /// The loop's own HTTP/1.1 client's kept-alive connections (`http://` targets).
+    let plainHTTP: PlainHTTPPool
     /// Easy handles between exchanges (their options are reset for each one).
     private var spare: [CurlTransfer] = []
 
@@ -25,6 +27,7 @@ public final class LoopMulti: @unchecked Sendable {
         }
         self.loop = loop
         self.multi = multi
+        plainHTTP = PlainHTTPPool(loop: loop, capacity: maxConnections)
         timer = LoopTimer(loop) { [unowned self] in act(on: ccurl_socket_timeout(), flags: 0) }
         let context = Unmanaged.passUnretained(self).toOpaque()
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, maxConnections)
@@ -151,14 +154,9 @@ let loopMultiCloseSocket: curl_closesocket_callback = { owner, socket in
     return Unmanaged<LoopMulti>.fromOpaque(owner).takeUnretainedValue().closeSocket(socket)
 }
 
-/// An upstream exchange on an event loop whose status and headers have arrived; the body follows through
-/// `relay`, paced by whoever receives it.
-public final class UpstreamStream: @unchecked Sendable {
-    public let status: Int
-    public let headers: [HTTPField]
-    public let timing: UpstreamTiming
-    /// The upstream's address and port as connected, for access logs.
-    public let remoteAddress: String?
+/// curl's side of an `UpstreamStream` (`https://` targets): the body follows through `relay`, paced by
+/// whoever receives it.
+final class CurlStream: UpstreamStreamBackend {
     private let transfer: CurlTransfer
     private let multi: LoopMulti
     private let watchdog: Watchdog
@@ -167,10 +165,6 @@ public final class UpstreamStream: @unchecked Sendable {
     private var result: Result<Void, UpstreamError>?
 
     fileprivate init(transfer: CurlTransfer, multi: LoopMulti, watchdog: Watchdog) {
-        status = transfer.status
-        headers = transfer.responseHeaders
-        timing = transfer.timing
-        remoteAddress = transfer.remoteAddress
         self.transfer = transfer
         self.multi = multi
         self.watchdog = watchdog
@@ -183,9 +177,7 @@ public final class UpstreamStream: @unchecked Sendable {
         watchdog.arm(watchdog.idleMs)
     }
 
-    /// Hands every body byte to `body` (false: the receiver is full; call `resume()` when it drained),
-    /// then calls `end` once: nil after the last byte, or why the body broke off.
-    public func relay(body: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (UpstreamError?) -> Void) {
+    func relay(body: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (UpstreamError?) -> Void) {
         endCallback = end
         let early = transfer.takePendingBody()
         var full = false
@@ -208,15 +200,13 @@ public final class UpstreamStream: @unchecked Sendable {
 
     private var pausedByReceiver = false
 
-    /// The receiver drained: let curl deliver again.
-    public func resume() {
+    func resume() {
         pausedByReceiver = false
         if !ended { watchdog.arm(watchdog.idleMs) }
         transfer.resume()
     }
 
-    /// The receiver went away: the upstream connection is closed, `end` is not called.
-    public func cancel() {
+    func cancel() {
         guard !ended else { return }
         ended = true
         endCallback = nil
@@ -241,17 +231,22 @@ public final class UpstreamStream: @unchecked Sendable {
 }
 
 extension UpstreamClient {
-    /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived.
+    /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived:
+    /// `http://` targets with the loop's own HTTP/1.1 client (`PlainHTTPExchange`), `https://` with curl.
     /// `timeouts` replaces the target's for this exchange (a route's own).
     /// `upload` streams the request body as the client sends it (then `request.body` is not used).
     public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
                      upload: UpstreamUpload? = nil) async throws(UpstreamError) -> UpstreamStream {
         try request.validate()
         let timeouts = timeouts ?? target.timeouts
+        if let endpoint = target.plainHTTP {
+            return try await PlainHTTPExchange.open(request, endpoint: endpoint, pool: multi.plainHTTP, timeouts: timeouts, upload: upload,
+                                                    maxIdle: target.maxIdleConnections)
+        }
         let transfer = try multi.checkOut()
         try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
                              upload: upload)
-        upload?.transfer = transfer
+        upload?.consumer = transfer
         let watchdog = transfer.watchdog ?? Watchdog(multi.loop)
         transfer.watchdog = watchdog
         watchdog.idleMs = timeouts.idleMs
@@ -269,7 +264,10 @@ extension UpstreamClient {
             transfer.onHeaders = { [unowned transfer] in
                 guard waiting else { return }
                 waiting = false
-                continuation.resume(returning: Unchecked(.success(UpstreamStream(transfer: transfer, multi: multi, watchdog: watchdog))))
+                let stream = UpstreamStream(status: transfer.status, headers: transfer.responseHeaders, timing: transfer.timing,
+                                            remoteAddress: transfer.remoteAddress,
+                                            backend: CurlStream(transfer: transfer, multi: multi, watchdog: watchdog))
+                continuation.resume(returning: Unchecked(.success(stream)))
             }
             transfer.onDone = { result in
                 guard waiting else { return }
@@ -327,7 +325,8 @@ public final class UpstreamUpload: @unchecked Sendable {
     public let length: Int?
     /// Called when what waits falls below 16 KiB after `write` answered false.
     public var onDrained: (() -> Void)?
-    weak var transfer: CurlTransfer?
+    /// Who sends the bytes on: told when there are more, the end, or an abort.
+    weak var consumer: (any UploadConsumer)?
     private var pending: [UInt8] = []
     private var offset = 0
     private var finished = false
@@ -338,7 +337,7 @@ public final class UpstreamUpload: @unchecked Sendable {
 
     public func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
         pending.append(contentsOf: bytes)
-        transfer?.resume()
+        consumer?.uploadReady()
         full = pending.count - offset > 64 * 1024
         return !full
     }
@@ -346,13 +345,29 @@ public final class UpstreamUpload: @unchecked Sendable {
     /// The last byte was written.
     public func finish() {
         finished = true
-        transfer?.resume()
+        consumer?.uploadReady()
     }
 
     /// The client's body failed: the upstream exchange fails too rather than take a truncated body for whole.
     public func abort() {
         aborted = true
-        transfer?.resume()
+        consumer?.uploadReady()
+    }
+
+    var isAborted: Bool { aborted }
+
+    /// Everything written so far, in one piece handed to `send`; true once the last byte went.
+    func takeAll(_ send: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        if pending.count > offset {
+            pending.withUnsafeBytes { send(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+            pending.removeAll(keepingCapacity: pending.capacity <= 256 * 1024)
+            offset = 0
+            if full {
+                full = false
+                onDrained?()
+            }
+        }
+        return finished
     }
 
     /// curl's read: bytes copied, 0 at the end, nil when it must wait (or `abortCode` after `abort`).

@@ -10,6 +10,8 @@ public struct UpstreamTarget: Sendable, Equatable {
     /// Idle kept-alive connections held for reuse; more concurrent requests still work, but their
     /// connections are closed afterwards.
     public let maxIdleConnections: Int
+    /// The base URL taken apart for the loops' own HTTP/1.1 client; nil for `https://` (curl's).
+    let plainHTTP: PlainHTTPEndpoint?
 
     /// A total limit that also bounds the first byte and every silence (Apple's APIs, the CLI).
     public init(
@@ -27,6 +29,7 @@ public struct UpstreamTarget: Sendable, Equatable {
             throw .invalidTarget("maxIdleConnections must not be negative")
         }
         self.baseURL = try Self.validated(baseURL)
+        plainHTTP = PlainHTTPEndpoint(baseURL: self.baseURL)
         self.timeouts = timeouts
         self.maxIdleConnections = maxIdleConnections
     }

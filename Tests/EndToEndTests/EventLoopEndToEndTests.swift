@@ -139,18 +139,20 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(try client.readResponse().body, [0, 1, 2])
     }
 
-    func testAnUpstreamHeaderThatCannotBeRelayedSafelyBecomesAJSON500() throws {
+    func testAnUpstreamHeaderNameThatIsNotATokenFailsTheExchangeAndIsNeverRelayed() throws {
+        // The loop's HTTP/1.1 client reads upstream responses with libhttp-parser, which refuses a field name
+        // that is not a token: the exchange fails as a protocol error (as nginx's "upstream sent invalid
+        // header"), and the head is not relayed.
         let env = try start()
         let client = try RawHTTPClient(port: env.gateway.port)
         try client.send("GET /response-headers?X%28bad%29=1 HTTP/1.1\r\nHost: t\r\n\r\n")
         let response = try client.readResponse()
-        XCTAssertEqual(response.status, 500)
-        XCTAssertEqual(errorReason(response), "invalid_response_header")
+        XCTAssertEqual(response.status, 502)
+        XCTAssertEqual(errorReason(response), "upstream_protocol_error")
         XCTAssertNil(response.headers.first { $0.name.contains("(") }, "the header is never relayed")
-        XCTAssertEqual(response.header("Connection"), "close")
         let line = env.gateway.waitForEvent { $0["path"] as? String == "/response-headers" }
-        XCTAssertEqual(line?["status"] as? Int, 500)
-        XCTAssertEqual(line?["reason"] as? String, "invalid_response_header")
+        XCTAssertEqual(line?["status"] as? Int, 502)
+        XCTAssertEqual(line?["reason"] as? String, "upstream_protocol_error")
     }
 
     func testUpstreamConnectionsTheUpstreamClosedWhileIdleAreReplacedAndTheirDescriptorsReused() throws {

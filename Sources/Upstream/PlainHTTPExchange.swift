@@ -1,0 +1,415 @@
+import Dispatch
+import EventLoop
+
+/// One request/response exchange with an `http://` upstream on the event loop, without curl: a kept-alive
+/// connection from the loop's pool or a new one, the request head (and an in-memory body) in one write,
+/// the response framed by libhttp-parser, paced both ways (the receiver's `false` stops reading the upstream;
+/// a streamed upload is taken no faster than the socket sends it). Loop thread only.
+final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
+    private enum Phase { case connecting, awaitingHead, body, done }
+    /// What the watchdog is timing now, for its message.
+    private enum Clock { case connect, firstByte, idle, total }
+
+    private let pool: PlainHTTPPool
+    private let endpoint: PlainHTTPEndpoint
+    private let request: UpstreamRequest
+    private let timeouts: UpstreamTimeouts
+    private let upload: UpstreamUpload?
+    private let framing: BodyFraming
+    private let maxIdle: Int
+    private let watchdog: Watchdog
+    private var phase = Phase.connecting
+    private var clock = Clock.connect
+    private var connection: PlainHTTPConnection?
+    /// A new connection under way: given up (its socket closed) when the exchange times out or is cancelled.
+    private var connecting: TCPConnection.ConnectAttempt?
+    private let startNs = DispatchTime.now().uptimeNanoseconds
+    private var totalDeadlineNs: UInt64?
+    private var reused = false
+    private var retried = false
+    private var connectMs = 0.0
+    private var firstByteMs = 0.0
+    /// A response byte arrived on the current connection (a kept-alive one that failed before it is retried).
+    private var receivedAny = false
+
+    // The response head as the parser reports it.
+    private(set) var status = 0
+    private(set) var fields: [HTTPField] = []
+    private var headComplete = false
+    private var messageComplete = false
+    /// Bytes followed the final response: the connection is not reused.
+    private var trailingBytes = false
+    private(set) var remoteAddress: String?
+
+    // Until `open` returns, then while the body is relayed.
+    private var onHead: ((Result<Void, UpstreamError>) -> Void)?
+    private var onBody: ((UnsafeRawBufferPointer) -> Bool)?
+    private var onEnd: ((UpstreamError?) -> Void)?
+    /// Body bytes nobody takes yet (before `relay`, or while the receiver is full); bounded by stopping reads.
+    private var pending: [UInt8] = []
+    private var receiverFull = false
+    private var readingStopped = false
+    /// How the exchange ended (nil: still running); told to `onEnd` once the pending bytes went out.
+    private var outcome: UpstreamError??
+    private var ended = false
+    private var uploadSent = false
+
+    /// The response head is bounded; libhttp-parser's own limit (80 KiB) is a build constant.
+    static let headLimit = 64 * 1024
+    /// Body bytes held for a receiver before the upstream socket stops being read.
+    static let pendingLimit = 64 * 1024
+
+    init(request: UpstreamRequest, endpoint: PlainHTTPEndpoint, pool: PlainHTTPPool, timeouts: UpstreamTimeouts,
+         upload: UpstreamUpload?, maxIdle: Int) {
+        self.request = request
+        self.endpoint = endpoint
+        self.pool = pool
+        self.timeouts = timeouts
+        self.upload = upload
+        self.maxIdle = maxIdle
+        framing = request.framing(upload: upload)
+        watchdog = pool.takeWatchdog()
+        if timeouts.totalMs > 0 { totalDeadlineNs = startNs + UInt64(timeouts.totalMs) * 1_000_000 }
+    }
+
+    deinit {
+        // Dropped without `relay`'s end or `cancel` (a caller that gave up): the connection cannot be reused.
+        if let connection = detach(), !ended { connection.close() }
+        pool.giveBack(watchdog)
+    }
+
+    var timing: UpstreamTiming { UpstreamTiming(connectMs: connectMs, firstByteMs: firstByteMs, reusedConnection: reused) }
+
+    /// Sends the request (call on the pool's loop) and waits for the final response head.
+    static func open(_ request: UpstreamRequest, endpoint: PlainHTTPEndpoint, pool: PlainHTTPPool, timeouts: UpstreamTimeouts,
+                     upload: UpstreamUpload?, maxIdle: Int) async throws(UpstreamError) -> UpstreamStream {
+        let exchange = PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
+                                         maxIdle: maxIdle)
+        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) in
+            exchange.start { continuation.resume(returning: Unchecked($0)) }
+        }
+        try opened.value.get()
+        return UpstreamStream(status: exchange.status, headers: exchange.fields, timing: exchange.timing,
+                              remoteAddress: exchange.remoteAddress, backend: exchange)
+    }
+
+    private func start(_ headDone: @escaping (Result<Void, UpstreamError>) -> Void) {
+        onHead = headDone
+        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
+        if let idle = pool.take(endpoint.poolKey) {
+            reused = true
+            attach(idle)
+            send()
+        } else {
+            connect()
+        }
+    }
+
+    private func connect() {
+        phase = .connecting
+        arm(timeouts.connectMs, .connect)
+        connecting = TCPConnection.connect(pool.loop, host: endpoint.host, port: endpoint.port) { [self] result in
+            connecting = nil
+            guard phase == .connecting, !ended, outcome == nil else {
+                if case .success(let late) = result { late.close() }  // the exchange timed out or was cancelled meanwhile
+                return
+            }
+            switch result {
+            case .failure(let error):
+                fail(.unavailable("could not connect to \(endpoint.poolKey): \(error)"))
+            case .success(let tcp):
+                connectMs = Self.milliseconds(since: startNs)
+                attach(PlainHTTPConnection(tcp, key: endpoint.poolKey, port: endpoint.port))
+                tcp.startReading()
+                send()
+            }
+        }
+    }
+
+    private func attach(_ connection: PlainHTTPConnection) {
+        self.connection = connection
+        remoteAddress = connection.remoteAddress
+        connection.exchange = self
+        connection.reset()
+        receivedAny = false
+    }
+
+    /// The head and an in-memory body in one write; a streamed body follows as the client sends it.
+    private func send() {
+        guard let tcp = connection?.tcp else { return }
+        phase = .awaitingHead
+        arm(timeouts.firstByteMs, .firstByte)
+        pool.trimScratch()
+        request.appendHead(to: &pool.scratch, endpoint: endpoint, framing: framing)
+        if upload == nil, framing != .none { pool.scratch += request.body }
+        pool.scratch.withUnsafeBytes { tcp.write($0) }
+        if let upload {
+            upload.consumer = self
+            pumpUpload()
+        }
+    }
+
+    // MARK: - Upload
+
+    func uploadReady() { pumpUpload() }
+
+    /// Moves what the client sent so far to the socket while its queue is short (libuv's queue holds copies,
+    /// so the client's side is paused by the upload's own watermarks meanwhile).
+    private func pumpUpload() {
+        guard let upload, !uploadSent, phase != .connecting, outcome == nil, let tcp = connection?.tcp else { return }
+        if upload.isAborted { return fail(.protocolError("the request body broke off before it was sent whole")) }
+        guard tcp.queuedBytes < Self.pendingLimit else { return }
+        let finished = upload.takeAll { bytes in
+            guard framing == .chunked else { return tcp.write(bytes) }
+            pool.trimScratch()
+            pool.scratch += String(bytes.count, radix: 16).utf8
+            pool.scratch += "\r\n".utf8
+            pool.scratch.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            pool.scratch += "\r\n".utf8
+            pool.scratch.withUnsafeBytes { tcp.write($0) }
+        }
+        guard finished else { return }
+        uploadSent = true
+        upload.consumer = nil
+        if framing == .chunked { tcp.write(Array("0\r\n\r\n".utf8)) }
+    }
+
+    // MARK: - Socket events
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        guard let connection, outcome == nil else { return }
+        if !receivedAny {
+            receivedAny = true
+            firstByteMs = Self.milliseconds(since: startNs)
+        }
+        // The parser is the connection's: it stays alive through the feed even if the exchange lets go of it.
+        let fed = withExtendedLifetime(connection) { connection.parser.feed(bytes) }
+        guard self.connection != nil else { return }  // the receiver cancelled while taking body bytes
+        if connection.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
+        switch fed {
+        case .failed(let reason):
+            return fail(.protocolError("the upstream's response is not valid HTTP/1.1: \(reason)"))
+        case .messageComplete(let consumed):
+            trailingBytes = consumed < bytes.count
+        case .consumed:
+            break
+        }
+        if headComplete && phase == .awaitingHead {
+            phase = .body
+            arm(timeouts.idleMs, .idle)
+            onHead?(.success(()))
+            onHead = nil
+        }
+        if messageComplete { return complete() }
+        if phase == .body {
+            if receiverFull || pending.count >= Self.pendingLimit {
+                // Not the upstream's silence: the receiver is the one not taking bytes.
+                watchdog.stop()
+                stopReading()
+            } else {
+                arm(timeouts.idleMs, .idle)
+            }
+        }
+    }
+
+    func readEnded(error: LoopError?) {
+        guard let connection, outcome == nil else { return }
+        if !receivedAny {
+            // A kept-alive connection the upstream closed just as it was reused: once more on a new one (as
+            // curl does), unless the body was streamed from the client and cannot be sent again.
+            if reused, !retried, upload == nil { return retry() }
+            return fail(.unavailable(error.map { "the upstream connection failed before a response: \($0)" }
+                ?? "the upstream closed the connection without a response"))
+        }
+        if let error { return fail(.unavailable("the upstream connection failed: \(error)")) }
+        switch withExtendedLifetime(connection, { connection.parser.feedEndOfStream() }) {
+        case .messageComplete:
+            complete()  // a body read until the connection closed
+        case .failed, .consumed:
+            fail(.protocolError(headComplete ? "the upstream closed the connection before the end of the body"
+                : "the upstream closed the connection in the middle of the response head"))
+        }
+    }
+
+    func drained() {
+        guard let tcp = connection?.tcp, outcome == nil else { return }
+        if tcp.writeFailed {
+            if !receivedAny, reused, !retried, upload == nil { return retry() }
+            return fail(.unavailable("sending the request to the upstream failed"))
+        }
+        pumpUpload()
+    }
+
+    private func retry() {
+        retried = true
+        reused = false
+        detach()?.close()
+        connect()
+    }
+
+    // MARK: - Parser events
+
+    /// Names as received, values as UTF-8 (invalid bytes replaced) without surrounding blanks.
+    func parsedField(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        var start = 0, end = value.count
+        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
+        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
+        if fields.isEmpty { fields.reserveCapacity(16) }
+        fields.append(HTTPField(String(decoding: name, as: UTF8.self),
+                                String(decoding: UnsafeBufferPointer(rebasing: value[start..<end]), as: UTF8.self)))
+    }
+
+    func parsedHeadersComplete(status: Int) -> Bool {
+        guard status >= 200 else {
+            fields.removeAll(keepingCapacity: true)  // an interim response (100, 103): the final one follows
+            return false
+        }
+        self.status = status
+        headComplete = true
+        return request.method == "HEAD" || status == 204 || status == 304
+    }
+
+    func parsedBody(_ bytes: UnsafeRawBufferPointer) {
+        if let onBody, !receiverFull, pending.isEmpty {
+            // Taken whole even when the receiver then reports full: only later bytes wait.
+            receiverFull = !onBody(bytes)
+        } else {
+            pending.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+        }
+    }
+
+    func parsedMessageComplete(status: Int) -> Bool {
+        guard status >= 200 else { return false }
+        messageComplete = true
+        return true
+    }
+
+    // MARK: - Ending
+
+    /// The final response was read whole: its connection goes back to the pool if HTTP allows and nothing
+    /// of this exchange is still under way on it.
+    private func complete() {
+        guard let connection = detach() else { return }
+        watchdog.stop()
+        phase = .done
+        upload?.consumer = nil
+        let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
+            && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
+        if reusable { pool.put(connection, limit: maxIdle) } else { connection.close() }
+        outcome = .some(nil)
+        finishIfDone()
+    }
+
+    private func fail(_ error: UpstreamError) {
+        guard outcome == nil, !ended else { return }
+        watchdog.stop()
+        phase = .done
+        connecting?.cancel()
+        connecting = nil
+        detach()?.close()
+        upload?.consumer = nil
+        outcome = .some(error)
+        if let onHead {
+            self.onHead = nil
+            ended = true
+            onHead(.failure(error))
+            return
+        }
+        finishIfDone()
+    }
+
+    /// Tells the receiver the end once it has every byte before it.
+    private func finishIfDone() {
+        guard let outcome, let end = onEnd, pending.isEmpty else { return }
+        ended = true
+        onEnd = nil
+        onBody = nil
+        end(outcome)
+    }
+
+    private func timedOut() {
+        switch clock {
+        case .connect: fail(.timeout("could not connect to \(endpoint.poolKey) within \(timeouts.connectMs) ms"))
+        case .firstByte: fail(.timeout("no response within \(timeouts.firstByteMs) ms"))
+        case .idle: fail(.timeout("no response body byte for \(timeouts.idleMs) ms"))
+        case .total: fail(.timeout("the exchange took longer than \(timeouts.totalMs) ms"))
+        }
+    }
+
+    /// Starts the watchdog for `milliseconds`, or for what is left of the total when that is sooner.
+    private func arm(_ milliseconds: Int, _ clock: Clock) {
+        if let deadline = totalDeadlineNs {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let left = deadline > now ? Int((deadline - now) / 1_000_000) : 0
+            if left <= milliseconds {
+                self.clock = .total
+                return watchdog.arm(left)
+            }
+        }
+        self.clock = clock
+        watchdog.arm(milliseconds)
+    }
+
+    private func stopReading() {
+        guard !readingStopped, let connection else { return }
+        readingStopped = true
+        connection.tcp.stopReading()
+    }
+
+    private static func milliseconds(since startNs: UInt64) -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds - startNs) / 1_000_000
+    }
+
+    // MARK: - UpstreamStreamBackend
+
+    func relay(body: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (UpstreamError?) -> Void) {
+        onBody = body
+        onEnd = end
+        deliverPending()
+    }
+
+    func resume() {
+        receiverFull = false
+        deliverPending()
+    }
+
+    /// Hands over what waits, then reads on (or ends) unless the receiver is full again.
+    private func deliverPending() {
+        guard !ended, let onBody else { return }
+        if !pending.isEmpty, !receiverFull {
+            receiverFull = !pending.withUnsafeBytes { onBody($0) }
+            pending.removeAll(keepingCapacity: pending.capacity <= 2 * Self.pendingLimit)
+        }
+        if receiverFull { return watchdog.stop() }
+        if outcome != nil { return finishIfDone() }
+        if phase == .body {
+            arm(timeouts.idleMs, .idle)
+            if readingStopped, let connection {
+                readingStopped = false
+                connection.tcp.startReading()
+            }
+        }
+    }
+
+    func cancel() {
+        guard !ended else { return }
+        ended = true
+        onEnd = nil
+        onBody = nil
+        onHead = nil
+        watchdog.stop()
+        upload?.consumer = nil
+        connecting?.cancel()
+        connecting = nil
+        detach()?.close()
+    }
+
+    /// Lets go of the connection (and it of this exchange); the caller pools or closes what it gets.
+    @discardableResult
+    private func detach() -> PlainHTTPConnection? {
+        guard let connection else { return nil }
+        connection.exchange = nil
+        self.connection = nil
+        return connection
+    }
+}

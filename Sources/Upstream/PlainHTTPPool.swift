@@ -1,0 +1,157 @@
+import EventLoop
+
+/// One kept-alive connection to an `http://` upstream, owned by its loop: the socket, the response parser
+/// it reuses for every exchange, and the peer as logged. It stays the socket's and the parser's delegate for
+/// its whole life and hands their events to the exchange it serves (a weak reference set per exchange
+/// would cost an allocation per request). While idle in the pool it keeps reading (no epoll_ctl between
+/// exchanges): anything it hears then (the upstream closing it, or bytes out of turn) closes it.
+final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
+    let tcp: TCPConnection
+    let parser = ResponseParser()
+    /// "ip:port", "[ip]:port" for IPv6.
+    let remoteAddress: String
+    /// The exchange this connection serves, nil while idle. The exchange holds the connection and clears this
+    /// before it lets go (at the latest in its deinit), so the reference never dangles.
+    unowned(unsafe) var exchange: PlainHTTPExchange?
+    fileprivate let key: String
+    fileprivate weak var pool: PlainHTTPPool?
+    /// A field's name and value may arrive in pieces (a read can end inside one): joined here, in buffers
+    /// kept from one exchange to the next, and handed over whole.
+    private var name: [UInt8] = []
+    private var value: [UInt8] = []
+    private var inValue = false
+    /// Field bytes of the response being read (its limit is the exchange's to enforce).
+    private(set) var headBytes = 0
+
+    init(_ tcp: TCPConnection, key: String, port: Int) {
+        self.tcp = tcp
+        self.key = key
+        let ip = tcp.peerAddress
+        remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
+        tcp.delegate = self
+        parser.delegate = self
+    }
+
+    func close() {
+        exchange = nil
+        pool = nil
+        tcp.close()
+    }
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        if let exchange { exchange.received(bytes) } else { pool?.drop(self) }
+    }
+
+    func readEnded(error: LoopError?) {
+        if let exchange { exchange.readEnded(error: error) } else { pool?.drop(self) }
+    }
+
+    func drained() { exchange?.drained() }
+
+    /// For the next response: the parser anew, no field half-read.
+    func reset() {
+        parser.reset()
+        name.removeAll(keepingCapacity: true)
+        value.removeAll(keepingCapacity: true)
+        inValue = false
+        headBytes = 0
+    }
+
+    func parsedField(name bytes: UnsafeRawBufferPointer) {
+        if inValue { handOverField() }
+        headBytes += bytes.count
+        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
+    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
+        inValue = true
+        headBytes += bytes.count
+        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
+    private func handOverField() {
+        if !name.isEmpty, let exchange {
+            name.withUnsafeBufferPointer { name in value.withUnsafeBufferPointer { exchange.parsedField(name: name, value: $0) } }
+        }
+        name.removeAll(keepingCapacity: true)
+        value.removeAll(keepingCapacity: true)
+        inValue = false
+    }
+
+    func parsedHeadersComplete(status: Int) -> Bool {
+        handOverField()
+        return exchange?.parsedHeadersComplete(status: status) ?? true
+    }
+
+    func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
+    func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
+}
+
+/// The idle connections of one loop, per upstream host and port, most recently used last (likeliest alive);
+/// bounded per upstream (`maxIdleConnections`) and for the loop (`LoopMulti.idleConnectionsPerLoop`). Also
+/// what exchanges reuse instead of allocating per request: the first-byte/idle timers and the buffer a
+/// request head is assembled in. Loop thread only.
+final class PlainHTTPPool {
+    let loop: EventLoop
+    private let capacity: Int
+    /// Per upstream host and port: a short list searched in order (small-string compares cost less than
+    /// hashing the key twice a request).
+    private var idle: [(key: String, connections: [PlainHTTPConnection])] = []
+    private(set) var idleCount = 0
+    private var spareWatchdogs: [Watchdog] = []
+    /// The request head (and a small in-memory body, or a chunk's framing) is assembled here, then written
+    /// with one call; TCPConnection copies what it cannot write at once.
+    var scratch: [UInt8] = []
+
+    init(loop: EventLoop, capacity: Int) {
+        self.loop = loop
+        self.capacity = capacity
+        scratch.reserveCapacity(4096)
+    }
+
+    func take(_ key: String) -> PlainHTTPConnection? {
+        guard let slot = idle.firstIndex(where: { $0.key == key }), let connection = idle[slot].connections.popLast() else { return nil }
+        idleCount -= 1
+        connection.pool = nil
+        return connection
+    }
+
+    /// After a clean exchange with keep-alive semantics: kept if there is room, else closed.
+    func put(_ connection: PlainHTTPConnection, limit: Int) {
+        let slot = idle.firstIndex { $0.key == connection.key } ?? {
+            idle.append((connection.key, []))
+            return idle.count - 1
+        }()
+        guard idleCount < capacity, idle[slot].connections.count < limit, !connection.tcp.isClosed else {
+            return connection.close()
+        }
+        idle[slot].connections.append(connection)
+        idleCount += 1
+        connection.pool = self
+        connection.exchange = nil
+        connection.tcp.startReading()
+    }
+
+    /// An idle connection stirred: the upstream closed it or spoke out of turn.
+    fileprivate func drop(_ connection: PlainHTTPConnection) {
+        if let slot = idle.firstIndex(where: { $0.key == connection.key }),
+           let index = idle[slot].connections.firstIndex(where: { $0 === connection }) {
+            idle[slot].connections.remove(at: index)
+            idleCount -= 1
+        }
+        connection.close()
+    }
+
+    func takeWatchdog() -> Watchdog { spareWatchdogs.popLast() ?? Watchdog(loop) }
+
+    func giveBack(_ watchdog: Watchdog) {
+        watchdog.disarm()
+        if spareWatchdogs.count < 1024 { spareWatchdogs.append(watchdog) } else { watchdog.close() }
+    }
+
+    /// Keeps the assembly buffer from holding on to a large body's worth of memory.
+    func trimScratch() {
+        if scratch.capacity > 256 * 1024 { scratch = [] }
+        scratch.removeAll(keepingCapacity: true)
+    }
+}
