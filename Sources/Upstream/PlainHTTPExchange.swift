@@ -215,9 +215,10 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     func readEnded(error: LoopError?) {
         guard let connection, outcome == nil else { return }
         if !receivedAny {
-            // A kept-alive connection the upstream closed just as it was reused: once more on a new one (as
-            // curl does), unless the body was streamed from the client and cannot be sent again.
-            if reused, !retried, upload == nil { return retry() }
+            // A kept-alive connection the upstream closed just as it was reused: once more on a new one, for an
+            // idempotent request only (RFC 9110 9.2.2; nginx's rule too): the upstream may have read and run a
+            // POST before closing, and a purchase must not happen twice. Never a body streamed from the client.
+            if reused, !retried, upload == nil, request.isIdempotent { return retry() }
             return fail(.unavailable(error.map { "the upstream connection failed before a response: \($0)" }
                 ?? "the upstream closed the connection without a response"))
         }
@@ -234,6 +235,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     func drained() {
         guard let tcp = connection?.tcp, outcome == nil else { return }
         if tcp.writeFailed {
+            // The write failed: the upstream had closed its side, so it read no whole request (any method).
             if !receivedAny, reused, !retried, upload == nil { return retry() }
             return fail(.unavailable("sending the request to the upstream failed"))
         }

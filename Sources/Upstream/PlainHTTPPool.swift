@@ -11,8 +11,8 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     /// "ip:port", "[ip]:port" for IPv6.
     let remoteAddress: String
     /// The exchange this connection serves, nil while idle. The exchange holds the connection and clears this
-    /// before it lets go (at the latest in its deinit), so the reference never dangles.
-    unowned(unsafe) var exchange: PlainHTTPExchange?
+    /// before it lets go (at the latest in its deinit); `unowned` traps rather than dangles if that ever breaks.
+    unowned var exchange: PlainHTTPExchange?
     fileprivate let key: String
     fileprivate weak var pool: PlainHTTPPool?
     /// A field's name and value may arrive in pieces (a read can end inside one): joined here, in buffers

@@ -129,6 +129,11 @@ extension UpstreamRequest {
         return lines
     }
 
+    /// Safe to send again when it is unclear whether the upstream ran it (RFC 9110 9.2.2).
+    var isIdempotent: Bool {
+        ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"].contains(method)
+    }
+
     /// Whether the request carries a body (and so a Content-Length), even an empty one.
     var sendsBody: Bool {
         !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method)

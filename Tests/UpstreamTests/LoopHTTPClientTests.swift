@@ -187,8 +187,9 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(server.requests.count, 2, "no request went to the dead connection")
     }
 
-    func testAReusedConnectionThatClosesBeforeAnsweringIsRetriedOnceOnANewOne() throws {
-        let server = try ScriptedUpstream { connection in
+    /// An upstream that read the second request on a kept-alive connection and closed it unanswered.
+    private static func closesTheSecondRequestUnanswered() throws -> ScriptedUpstream {
+        try ScriptedUpstream { connection in
             connection.readHead()
             if connection.number == 1 {
                 connection.send("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
@@ -198,13 +199,26 @@ final class LoopHTTPClientTests: XCTestCase {
             connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
             connection.waitForClose()
         }
-        let body = Array("in memory".utf8)
+    }
+
+    func testAReusedConnectionThatClosesBeforeAnsweringAnIdempotentRequestIsRetriedOnceOnANewOne() throws {
+        let server = try Self.closesTheSecondRequestUnanswered()
         let results = try run(try client(server.baseURL), Self.get("/1"),
-                              UpstreamRequest(method: "POST", pathAndQuery: "/2", body: body))
+                              UpstreamRequest(method: "PUT", pathAndQuery: "/2", body: Array("in memory".utf8)))
         XCTAssertEqual(results.map(\.text), ["first", "second"])
         XCTAssertEqual(results.map(\.error), [nil, nil])
         XCTAssertEqual(results[1].timing?.reusedConnection, false)
-        XCTAssertEqual(server.requests.map { $0.prefix(8) }, ["GET /1 H", "POST /2 ", "POST /2 "])
+        XCTAssertEqual(server.requests.map { $0.prefix(7) }, ["GET /1 ", "PUT /2 ", "PUT /2 "])
+    }
+
+    /// The upstream may have run it before closing: a POST (a purchase, a paid call) is never sent twice.
+    func testAPostTheUpstreamReadAndLeftUnansweredIsNotSentAgain() throws {
+        let server = try Self.closesTheSecondRequestUnanswered()
+        let results = try run(try client(server.baseURL), Self.get("/1"),
+                              UpstreamRequest(method: "POST", pathAndQuery: "/2", body: Array("in memory".utf8)))
+        XCTAssertEqual(results[0].text, "first")
+        XCTAssertEqual(results[1].error?.reasonCode, "upstream_unavailable")
+        XCTAssertEqual(server.requests.map { $0.prefix(8) }, ["GET /1 H", "POST /2 "])
     }
 
     func testAStreamedUploadIsNeverSentTwice() throws {
