@@ -3,14 +3,26 @@
 public enum RESP {
     /// `*N\r\n$len\r\narg\r\n…`: binary-safe, every argument with its length.
     public static func encode(_ arguments: [[UInt8]], into buffer: inout [UInt8]) {
+        buffer.reserveCapacity(buffer.count + arguments.reduce(16) { $0 + $1.count + 16 })
         buffer.append(UInt8(ascii: "*"))
-        buffer += Array(String(arguments.count).utf8) + crlf
+        appendDecimal(arguments.count, to: &buffer)
         for argument in arguments {
             buffer.append(UInt8(ascii: "$"))
-            buffer += Array(String(argument.count).utf8) + crlf
+            appendDecimal(argument.count, to: &buffer)
             buffer += argument
             buffer += crlf
         }
+    }
+
+    /// A length and CRLF, digit by digit: a String per length was an allocation per argument.
+    private static func appendDecimal(_ value: Int, to buffer: inout [UInt8]) {
+        var divisor = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        while divisor > 0 {
+            buffer.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
+        }
+        buffer += crlf
     }
 
     static let crlf: [UInt8] = [0x0D, 0x0A]

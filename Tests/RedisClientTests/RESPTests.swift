@@ -7,6 +7,14 @@ final class RESPTests: XCTestCase {
         var buffer: [UInt8] = []
         RESP.encode([Array("SET".utf8), [0, 13, 10, 255]], into: &buffer)
         XCTAssertEqual(buffer, Array("*2\r\n$3\r\nSET\r\n$4\r\n".utf8) + [0, 13, 10, 255] + Array("\r\n".utf8))
+        // Lengths of every width, and an empty argument.
+        for length in [0, 9, 10, 99, 100, 1_000, 65_536] {
+            var encoded: [UInt8] = [1]
+            RESP.encode(Array(repeating: [UInt8](repeating: 7, count: length), count: 12), into: &encoded)
+            let head = Array("*12\r\n$\(length)\r\n".utf8)
+            XCTAssertEqual(Array(encoded[1..<(1 + head.count)]), head, "length \(length)")
+            XCTAssertEqual(encoded.count, 1 + 5 + 12 * (String(length).count + 3 + length + 2))
+        }
     }
 
     func testEveryReplyTypeParsesAndIncompleteInputWaits() throws {
