@@ -25,6 +25,9 @@ public struct RedisOptions: Sendable {
     public var topology: Topology
     public var username: String?
     public var password: String?
+    /// The sentinels' own login (Sentinel's `requirepass`), not the data servers'.
+    public var sentinelUsername: String?
+    public var sentinelPassword: String?
     /// Always 0 on a Cluster.
     public var database: Int
     /// TLS to every server (Cluster nodes and sentinels included), or nil for plain TCP.
@@ -35,10 +38,13 @@ public struct RedisOptions: Sendable {
     public var connectionsPerNode: Int
 
     public init(topology: Topology, username: String? = nil, password: String? = nil, database: Int = 0,
-                tls: RedisTLSContext? = nil, timeoutMs: Int = 500, connectionsPerNode: Int = 2) {
+                tls: RedisTLSContext? = nil, timeoutMs: Int = 500, connectionsPerNode: Int = 2,
+                sentinelUsername: String? = nil, sentinelPassword: String? = nil) {
         self.topology = topology
         self.username = username
         self.password = password
+        self.sentinelUsername = sentinelUsername
+        self.sentinelPassword = sentinelPassword
         self.database = database
         self.tls = tls
         self.timeoutMs = max(1, timeoutMs)

@@ -24,9 +24,10 @@ final class SentinelRouter: RedisRouting {
         self.reporter = reporter
         self.options = options
         self.masterName = masterName
-        // Sentinels take no database, and this build gives them no login of their own.
+        // Sentinels take no database; their login (if any) is their own, not the data servers'.
         var sentinelOptions = options
-        (sentinelOptions.username, sentinelOptions.password, sentinelOptions.database, sentinelOptions.connectionsPerNode) = (nil, nil, 0, 1)
+        (sentinelOptions.username, sentinelOptions.password) = (options.sentinelUsername, options.sentinelPassword)
+        (sentinelOptions.database, sentinelOptions.connectionsPerNode) = (0, 1)
         self.sentinels = sentinels.map { LoopRedisNode(loop: loop, address: $0, options: sentinelOptions) }
     }
 
@@ -79,7 +80,10 @@ final class SentinelRouter: RedisRouting {
                 let reply = try await sentinel.command(["SENTINEL", "get-master-addr-by-name", masterName].map { Array($0.utf8) })
                 guard case .array(let fields) = reply, fields.count == 2, case .string(let host) = fields[0],
                       case .string(let portText) = fields[1], let port = Int(String(decoding: portText, as: UTF8.self)) else {
-                    failures.append("\(sentinel.address) answered \(reply.kind)")
+                    // An error reply says why (NOAUTH: the sentinel wants `sentinel_auth`).
+                    if case .error(let message) = reply { failures.append("\(sentinel.address) answered \(message)") } else {
+                        failures.append("\(sentinel.address) answered \(reply.kind)")
+                    }
                     continue
                 }
                 use(RedisAddress(host: String(decoding: host, as: UTF8.self), port: port))

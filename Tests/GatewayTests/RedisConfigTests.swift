@@ -64,6 +64,28 @@ final class RedisConfigTests: XCTestCase {
         XCTAssertEqual(fromURL.password, "p/w", "percent-decoded, as the client logs in with it")
     }
 
+    func testSentinelsHaveALoginOfTheirOwn() throws {
+        try write("sentinel-secret\n", "sentinel-password")
+        let sentinels = "  sentinels: [\"s1:26379\"]\n  master_name: m\n  password: ${DATA}\n"
+        let fromFile = try config(sentinels + "  sentinel_auth: { username: watcher, password_file: sentinel-password }", ["DATA": "data-secret"])
+        let options = try fromFile.options()
+        XCTAssertEqual(options.sentinelUsername, "watcher")
+        XCTAssertEqual(options.sentinelPassword, "sentinel-secret")
+        XCTAssertEqual(options.password, "data-secret", "the data servers keep their own")
+        XCTAssertFalse("\(fromFile)".contains("secret"), "\(fromFile)")
+        let fromEnvironment = try config(sentinels + "  sentinel_auth: { password: \"${S}\" }", ["DATA": "d", "S": "env-secret"])
+        XCTAssertEqual(try fromEnvironment.options().sentinelPassword, "env-secret")
+        XCTAssertNil(try config(sentinels, ["DATA": "d"]).options().sentinelPassword, "no login unless asked")
+
+        XCTAssertEqual(issues("  sentinel_auth: { password: x }"), ["redis.sentinel_auth: sentinel_auth is only used with sentinels (line 2)"])
+        XCTAssertEqual(issues(sentinels + "  sentinel_auth: {}", ["DATA": "d"]),
+                       ["redis.sentinel_auth.password: sentinel_auth needs password or password_file (line 5)"])
+        XCTAssertEqual(issues(sentinels + "  sentinel_auth: { password: a, password_file: sentinel-password }", ["DATA": "d"]),
+                       ["redis.sentinel_auth: the password is set in password and password_file: keep one (line 5)"])
+        let typo = issues(sentinels + "  sentinel_auth: { pasword: a }", ["DATA": "d"])
+        XCTAssertTrue(typo.contains { $0.hasPrefix("redis.sentinel_auth.pasword") }, "\(typo)")
+    }
+
     func testAPasswordSetTwiceOrBrokenIsRefusedWithoutShowingIt() throws {
         try write("from-the-file", "redis-password")
         let found = issues("  url: \"redis://:in-the-url@127.0.0.1/0\"\n  password_file: redis-password")

@@ -105,6 +105,30 @@ final class RedisClientSingleServerTests: XCTestCase {
         return line.flatMap { Int($0.dropFirst("total_reads_processed:".count)) }
     }
 
+    /// Sentinels that ask for a password of their own (`requirepass` in sentinel.conf) are logged in to with
+    /// the sentinel login, not the data servers'; without it the error names what the sentinel said.
+    func testSentinelsWithAPasswordOfTheirOwn() throws {
+        let setup = try RedisTestGuardedSentinel(password: "watch-secret")
+        defer { setup.stop() }
+        func client(sentinelPassword: String?) -> Unchecked<Redis> {
+            let topology = RedisOptions.Topology.sentinel(sentinels: [RedisAddress(host: "127.0.0.1", port: setup.sentinel.port)],
+                                                          masterName: RedisTestSentinel.masterName)
+            return Unchecked(Redis(options: RedisOptions(topology: topology, timeoutMs: 1000, sentinelPassword: sentinelPassword)))
+        }
+        let loggedIn = client(sentinelPassword: "watch-secret")
+        let reply = try onLoop { () -> RedisReply? in
+            _ = try? await loggedIn.value.command(Self.bytes("SET", "guarded", "yes"))
+            return try? await loggedIn.value.command(Self.bytes("GET", "guarded"))
+        }
+        XCTAssertEqual(reply, .string(Array("yes".utf8)))
+        let anonymous = client(sentinelPassword: nil), guessing = client(sentinelPassword: "guess")
+        let refused = try onLoop { await Self.failure(anonymous, "PING") }
+        XCTAssertTrue(refused?.message.contains("NOAUTH") == true, "\(String(describing: refused))")
+        let wrong = try onLoop { await Self.failure(guessing, "PING") }
+        XCTAssertNotNil(wrong)
+        XCTAssertFalse(wrong?.message.contains("guess") ?? true, "the password is never in an error")
+    }
+
     func testLogsInAndSelectsTheDatabase() throws {
         let server = try RedisTestServer(password: "s3cret")
         defer { server.stop() }

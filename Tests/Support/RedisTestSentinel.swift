@@ -136,3 +136,35 @@ public final class RedisTestSentinel: @unchecked Sendable {
         try waitUntilSettled(timeout: timeout)
     }
 }
+
+/// One server and one sentinel (quorum 1) that asks its clients for `password` (sentinel.conf `requirepass`,
+/// as Helm charts set it), for the sentinels' own login.
+public final class RedisTestGuardedSentinel: @unchecked Sendable {
+    public let server: RedisNode
+    public let sentinel: RedisNode
+    public let directory: String
+
+    public init(password: String) throws {
+        directory = TestPaths.temporaryDirectory("redis-guarded-sentinel")
+        let server = try RedisNode.launch(directory: directory) { [directory] port in
+            RedisNode(port: port, directory: directory, arguments: [])
+        }
+        self.server = server
+        sentinel = try RedisNode.launch(directory: directory) { [directory] port in
+            let file = "\(directory)/sentinel-\(port).conf"
+            try """
+                sentinel monitor \(RedisTestSentinel.masterName) 127.0.0.1 \(server.port) 1
+                requirepass \(password)
+                """.write(toFile: file, atomically: true, encoding: .utf8)
+            return RedisNode(port: port, directory: directory, arguments: ["--sentinel"], cliOptions: ["-a", password], configFile: file)
+        }
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        sentinel.stop()
+        server.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}

@@ -103,6 +103,23 @@ extension RedisConfig {
         return (username, password, file)
     }
 
+    /// `sentinel_auth: { username, password, password_file }`: only with `sentinels`, read by the rules above.
+    static func readSentinelLogin(_ section: ConfigMapping, topology: RedisTopology,
+                                  baseDirectory: String) -> (username: String?, password: String?)? {
+        guard let value = section.optional("sentinel_auth") else { return nil }
+        guard case .sentinel = topology else {
+            value.invalid("sentinel_auth is only used with sentinels")
+            return nil
+        }
+        guard let auth = value.mapping() else { return nil }
+        defer { auth.finish() }
+        let login = readLogin(auth, fromURL: (nil, nil), urlValue: nil, baseDirectory: baseDirectory)
+        if login.password == nil, auth.optional("username") == nil {
+            auth.log.report(.missingKey, auth.childPath("password"), "sentinel_auth needs password or password_file", line: auth.line)
+        }
+        return (login.username, login.password)
+    }
+
     static let maxPasswordFileBytes = 4096
 
     /// One line; a final newline (what `echo` and editors add) is not part of the password.
@@ -162,7 +179,8 @@ extension RedisConfig {
         }
         // A few pipelined connections per loop and server carry what pool_size blocking ones once did.
         return RedisOptions(topology: topology, username: username, password: password, database: database, tls: context,
-                            timeoutMs: timeoutMs, connectionsPerNode: min(4, max(1, poolSize / 8)))
+                            timeoutMs: timeoutMs, connectionsPerNode: min(4, max(1, poolSize / 8)),
+                            sentinelUsername: sentinelUsername, sentinelPassword: sentinelPassword)
     }
     /// Where Redis is, without the password: for logs and messages.
     public var redacted: String {

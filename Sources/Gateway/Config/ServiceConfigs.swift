@@ -14,6 +14,9 @@ public struct RedisConfig: Sendable, Equatable {
     public let password: String?
     /// `password_file`, resolved against the config file's folder.
     public let passwordFile: String?
+    /// `sentinel_auth`: the sentinels' own login (`requirepass` in sentinel.conf), read like the one above.
+    public let sentinelUsername: String?
+    public let sentinelPassword: String?
     /// One server (`url`), a Cluster (`cluster`) or a Sentinel-managed primary (`sentinels`).
     public let topology: RedisTopology
     /// Set for `rediss://` URLs and whenever `redis.tls` is present.
@@ -33,13 +36,15 @@ public struct RedisConfig: Sendable, Equatable {
         let endpoint = parsed ?? Endpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, password: nil, isTLS: false)
         let tls = RedisTLSSettings.read(section.optional("tls"), urlIsTLS: endpoint.isTLS, topology: topology, baseDirectory: baseDirectory)
         let login = readLogin(section, fromURL: (endpoint.username, endpoint.password), urlValue: urlValue, baseDirectory: baseDirectory)
+        let sentinelLogin = readSentinelLogin(section, topology: topology, baseDirectory: baseDirectory)
         let keyPrefix = section.string("key_prefix", default: "aag")
         if keyPrefix.isEmpty || keyPrefix.count > 64
             || !keyPrefix.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_.:-".contains($0)) }) {
             section.optional("key_prefix")?.invalid("expected 1-64 characters from A-Z a-z 0-9 _ . : -, got \"\(keyPrefix)\"")
         }
         return RedisConfig(url: url, host: endpoint.host, port: endpoint.port, database: endpoint.database,
-                           username: login.username, password: login.password, passwordFile: login.file, topology: topology, tls: tls,
+                           username: login.username, password: login.password, passwordFile: login.file,
+                           sentinelUsername: sentinelLogin?.username, sentinelPassword: sentinelLogin?.password, topology: topology, tls: tls,
                            poolSize: section.int("pool_size", default: 32, in: 1...1024),
                            timeoutMs: section.int("timeout_ms", default: 500, in: 1...60_000), keyPrefix: keyPrefix)
     }
