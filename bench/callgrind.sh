@@ -23,7 +23,7 @@ cleanup() {
     set +e
     [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
     [ -n "$grind_pid" ] && kill "$grind_pid" 2>/dev/null
-    for pidfile in "$work"/nginx.pid "$work/redis.pid"; do [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; done
+    for pidfile in "$work"/nginx-*.pid "$work/redis.pid"; do [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; done
     wait 2>/dev/null
 }
 trap cleanup EXIT
@@ -37,20 +37,9 @@ gateway_url=http://127.0.0.1:$gateway_port
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
     --pidfile "$work/redis.pid" --logfile "$work/logs/redis.log"
-cat > "$work/nginx.conf" <<EOF
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/logs/nginx.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $work/tmp/body; proxy_temp_path $work/tmp/proxy; fastcgi_temp_path $work/tmp/fastcgi;
-  uwsgi_temp_path $work/tmp/uwsgi; scgi_temp_path $work/tmp/scgi;
-  server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{"ok":true}'; } }
-}
-EOF
-nginx -p "$work" -c "$work/nginx.conf" -e "$work/logs/nginx.log"
+source bench/nginx.sh
+nginx_instance upstream 1 "
+  server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
 "$gateway" bench ca --out "$work/ca" >/dev/null
 # bench/run.sh's gateway config, without the stream upstream.
 cat > "$work/gateway.yaml" <<EOF

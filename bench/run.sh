@@ -95,27 +95,11 @@ wait_for() {  # URL: answers anything within 15 s
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
     --pidfile "$work/redis.pid" --logfile "$work/logs/redis.log"
 
-# nginx NAME SERVERS: an nginx of its own (prefix, pid, logs in $work), never the system one.
-nginx_instance() {
-    cat > "$work/nginx-$1.conf" <<EOF
-worker_processes auto;
-pid $work/nginx-$1.pid;
-error_log $work/logs/nginx-$1.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $work/tmp/body; proxy_temp_path $work/tmp/proxy; fastcgi_temp_path $work/tmp/fastcgi;
-  uwsgi_temp_path $work/tmp/uwsgi; scgi_temp_path $work/tmp/scgi;
-  $2
-}
-EOF
-    nginx -p "$work" -c "$work/nginx-$1.conf" -e "$work/logs/nginx-$1.log"
-}
+source bench/nginx.sh
 keepalive_proxy='proxy_http_version 1.1; proxy_set_header Connection "";'
-nginx_instance upstream "
+nginx_instance upstream auto "
   server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
-nginx_instance front "
+nginx_instance front auto "
   upstream fast { server 127.0.0.1:$upstream_port; keepalive 256; }
   upstream diy { server 127.0.0.1:$diy_port; keepalive 256; }
   server { listen 127.0.0.1:$proxy_port; location / { proxy_pass http://fast; $keepalive_proxy } }
