@@ -120,6 +120,9 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
         core.beforePoll(action)
     }
 
+    /// Names this loop has resolved and keeps (tests; from the loop's thread).
+    var resolvedNameCount: Int { core.resolvedNameCount }
+
     /// Now, in the loop's clock (milliseconds, updated once per loop iteration).
     public var nowMs: UInt64 { core.nowMs }
 

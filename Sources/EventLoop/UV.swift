@@ -21,6 +21,14 @@ final class LoopCore {
     /// Shared by every read on this loop: libuv asks for a buffer, the read callback consumes it at once.
     fileprivate let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     fileprivate let onWake: () -> Void
+    /// Names resolved for outbound connections ("host:port"), kept for `resolvedForMs` (curl's 60 s): a burst
+    /// of new upstream or Redis connections to one name asks the resolver once, not once each.
+    fileprivate var resolved: [String: (addresses: [sockaddr_storage], expiresMs: UInt64)] = [:]
+    /// Connects waiting for a resolution already under way for their name.
+    fileprivate var awaitingResolution: [String: [TCPConnection.Resolving]] = [:]
+    static let resolvedForMs: UInt64 = 60_000
+    var resolvedNameCount: Int { resolved.count }
+    static let maxResolvedNames = 256
 
     init(onWake: @escaping () -> Void) throws(LoopError) {
         loop = .allocate(capacity: 1)
@@ -364,21 +372,38 @@ public final class TCPConnection: LoopHandle {
             resolving.reportLater = false
             return attempt
         }
+        let core = loop.core
+        let name = host + ":" + String(port)
+        if let cached = core.resolved[name], cached.expiresMs > core.nowMs {
+            // None of them answering: the name is asked again next time (the service may have moved).
+            resolving.unreachable = { core.resolved[name] = nil }
+            resolving.reportLater = true
+            resolving.tryNext(cached.addresses[...], lastError: LoopError(operation: "connect", code: -EINVAL))
+            resolving.reportLater = false
+            return attempt
+        }
+        // One question per name at a time: later connects wait for its answer.
+        if core.awaitingResolution[name] != nil {
+            core.awaitingResolution[name]?.append(resolving)
+            return attempt
+        }
+        core.awaitingResolution[name] = [resolving]
         let request = UnsafeMutablePointer<uv_getaddrinfo_t>.allocate(capacity: 1)
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        let context = Unmanaged.passRetained(resolving as AnyObject).toOpaque()
+        let context = Unmanaged.passRetained(Lookup(core: core, name: name) as AnyObject).toOpaque()
         request.pointee.data = context
         let started = uv_getaddrinfo(loop.core.loop, request, { request, status, addresses in
             guard let request else { return }
-            let resolving = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Resolving
+            let lookup = Unmanaged<AnyObject>.fromOpaque(request.pointee.data).takeRetainedValue() as! Lookup
             request.deallocate()
-            guard !resolving.cancelled else {
-                if let addresses { uv_freeaddrinfo(addresses) }
-                return
-            }
+            let waiting = lookup.core.awaitingResolution.removeValue(forKey: lookup.name) ?? []
             guard status == 0, let addresses else {
-                return resolving.done(.failure(LoopError(operation: "resolving", code: status)))
+                if let addresses { uv_freeaddrinfo(addresses) }
+                for resolving in waiting where !resolving.cancelled {
+                    resolving.done(.failure(LoopError(operation: "resolving", code: status)))
+                }
+                return
             }
             var candidates: [sockaddr_storage] = []
             var next: UnsafeMutablePointer<addrinfo>? = addresses
@@ -390,14 +415,32 @@ public final class TCPConnection: LoopHandle {
                 next = current.pointee.ai_next
             }
             uv_freeaddrinfo(addresses)
-            resolving.tryNext(candidates[...], lastError: LoopError(operation: "resolving", code: -EINVAL))
+            lookup.remember(candidates)
+            for resolving in waiting {
+                resolving.unreachable = { [core = lookup.core, name = lookup.name] in core.resolved[name] = nil }
+                resolving.tryNext(candidates[...], lastError: LoopError(operation: "resolving", code: -EINVAL))
+            }
         }, host, String(port), &hints)
         if started < 0 {
             Unmanaged<AnyObject>.fromOpaque(context).release()
             request.deallocate()
+            core.awaitingResolution[name] = nil
             done(.failure(LoopError(operation: "resolving \(host)", code: started)))
         }
         return attempt
+    }
+
+    /// One uv_getaddrinfo under way, for every connect waiting on its name.
+    private final class Lookup {
+        let core: LoopCore
+        let name: String
+        init(core: LoopCore, name: String) { (self.core, self.name) = (core, name) }
+
+        func remember(_ addresses: [sockaddr_storage]) {
+            guard !addresses.isEmpty else { return }
+            if core.resolved.count >= LoopCore.maxResolvedNames { core.resolved.removeAll() }
+            core.resolved[name] = (addresses, core.nowMs + LoopCore.resolvedForMs)
+        }
     }
 
     /// `host` as an IPv4 or IPv6 address with `port`, or nil when it is a name.
@@ -445,6 +488,8 @@ public final class TCPConnection: LoopHandle {
         var reportLater = false
         /// The socket of the address being tried.
         var connecting: TCPConnection?
+        /// Called when no address answered.
+        var unreachable: (() -> Void)?
 
         init(loop: EventLoop, done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
             self.loop = loop
@@ -455,6 +500,7 @@ public final class TCPConnection: LoopHandle {
             connecting = nil
             guard !cancelled else { return }
             guard var address = candidates.first else {
+                unreachable?()
                 guard reportLater else { return done(.failure(lastError)) }
                 return loop.executeOnLoop { [self] in if !cancelled { done(.failure(lastError)) } }
             }

@@ -1,4 +1,4 @@
-import EventLoop
+@testable import EventLoop
 import Foundation
 import Glibc
 import Synchronization
@@ -525,6 +525,45 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertTrue(results[3].text.hasSuffix("data: [DONE]\n\n"))
         XCTAssertEqual(results[4].status, 204)
         XCTAssertEqual(results.map(\.remoteAddress).first, "127.0.0.1:\(upstream.port)")
+    }
+
+    /// A burst of new connections to one name asks the resolver once (the rest wait for its answer, later
+    /// ones use it for a minute); a name none of whose addresses answer is forgotten at once.
+    func testANameIsResolvedOnceForABurstOfNewConnectionsAndForgottenWhenNothingAnswers() throws {
+        let server = try ScriptedUpstream { connection in
+            connection.readHead()
+            connection.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            connection.waitForClose()
+        }
+        let client = try client("http://localhost:\(server.port)")
+        let loop = Unchecked(self.loop!)
+        let texts = try onLoop { () -> [String] in
+            await withTaskGroup(of: String.self) { group in
+                for _ in 0..<20 { group.addTask(executorPreference: loop.value) { await Self.exchange(client, Self.get("/")).text } }
+                var texts: [String] = []
+                for await text in group { texts.append(text) }
+                return texts
+            }
+        }
+        XCTAssertEqual(texts, Array(repeating: "ok", count: 20))
+        XCTAssertEqual(server.requests.count, 20, "twenty connections")
+        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, 1)
+        let closed = try self.client("http://localhost:\(try Self.closedPort())")
+        XCTAssertEqual(try run(closed, Self.get("/")).first?.error?.reasonCode, "upstream_unavailable")
+        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, 1, "the name with nothing listening is not kept")
+    }
+
+    /// A loopback port nothing listens on (bound, then closed).
+    private static func closedPort() throws -> Int {
+        let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { Glibc.close(probe) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(probe, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(probe, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     func testIPv6LiteralBaseURLsConnectAndNameTheirPeerInBrackets() throws {
