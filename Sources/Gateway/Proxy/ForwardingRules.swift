@@ -71,11 +71,26 @@ enum ForwardingRules {
         return values
     }
 
-    /// Headers named in `Connection` are hop-by-hop too (a list of one or two names: no set needed).
+    /// Headers named in `Connection` are hop-by-hop too (a list of one or two names: no set needed). Read
+    /// from the bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> [[UInt8]] {
-        guard headers.contains(where: { $0.hasName("connection") }) else { return [] }
-        return values("connection", in: headers).map { Array($0.lowercased().utf8) }
+        var named: [[UInt8]] = []
+        for header in headers where header.hasName("connection") {
+            for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
+                while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
+                while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
+                guard !item.isEmpty else { continue }
+                // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
+                let lowered = item.allSatisfy({ $0 < 0x80 })
+                    ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
+                    : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
+                if lowered != keepAlive { named.append(lowered) }
+            }
+        }
+        return named
     }
+
+    private static let keepAlive = Array("keep-alive".utf8)
 }
 
 /// Lower-case header names, grouped by length for `FoldedName` to be compared with.
