@@ -82,12 +82,41 @@ public final class P256PublicKey: @unchecked Sendable {
     /// from the provider on every call, which costs as much as a third of the verify itself.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         let digest = SHA256.hash(message)
-        guard let key = EC_KEY_new() else { return false }
-        defer { EC_KEY_free(key) }
-        guard EC_KEY_set_group(key, P256PublicKey.group.pointer) == 1, EC_KEY_set_public_key(key, curvePoint) == 1 else { return false }
+        guard let key = P256PublicKey.spareKeys.borrow() else { return false }
+        defer { P256PublicKey.spareKeys.giveBack(key) }
+        guard EC_KEY_set_public_key(key, curvePoint) == 1 else { return false }
         let result = ECDSA_verify(0, digest, Int32(digest.count), signature, Int32(signature.count), key)
         if result != 1 { ERR_clear_error() }
         return result == 1
+    }
+
+    /// EC_KEYs with the group already set, lent to one verification at a time: making one per call copied
+    /// the group and freed it again (about 15,000 instructions of every assertion).
+    static let spareKeys = SpareKeys()
+
+    final class SpareKeys: @unchecked Sendable {
+        private let lock = NSLock()  // a pthread mutex: no spinning when the loops meet here
+        private var keys: [OpaquePointer] = []
+
+        func borrow() -> OpaquePointer? {
+            if let key = lock.withLock({ keys.popLast() }) { return key }
+            guard let key = EC_KEY_new() else { return nil }
+            guard EC_KEY_set_group(key, P256PublicKey.group.pointer) == 1 else {
+                EC_KEY_free(key)
+                return nil
+            }
+            return key
+        }
+
+        /// Kept for the next verification (a few: one per thread that verifies at once).
+        func giveBack(_ key: OpaquePointer) {
+            let kept = lock.withLock { () -> Bool in
+                guard keys.count < 16 else { return false }
+                keys.append(key)
+                return true
+            }
+            if !kept { EC_KEY_free(key) }
+        }
     }
 
     /// The uncompressed point of an EVP_PKEY, if it is a P-256 key.
