@@ -47,7 +47,8 @@ final class RedisClusterHarnessTests: XCTestCase {
         let target = try XCTUnwrap(cluster.primaries().first { $0 !== source })
         let migration = try cluster.beginMigration(ofSlot: slot, to: target)
         XCTAssertEqual(try source.query("GET", key), "before", "keys not moved yet are still served by the source")
-        XCTAssertEqual(try cluster.moveKeys(of: migration), 1)
+        // This key, and any an earlier test left in the slot of the shared Cluster.
+        XCTAssertGreaterThanOrEqual(try cluster.moveKeys(of: migration), 1)
         XCTAssertEqual(try source.cli(["GET", key]).output.trimmingCharacters(in: .whitespacesAndNewlines), "ASK \(slot) \(target.address)")
         XCTAssertEqual(try target.cli(["GET", key]).output.trimmingCharacters(in: .whitespacesAndNewlines), "MOVED \(slot) \(source.address)",
                        "without ASKING the importing node redirects back")
