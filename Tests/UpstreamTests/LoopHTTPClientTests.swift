@@ -553,6 +553,26 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, 1, "the name with nothing listening is not kept")
     }
 
+    /// Connects waiting on one lookup all hear its failure (RFC 6761: ".invalid" never resolves), and nothing
+    /// is kept. A resolver that does not answer within the connect timeout makes it a timeout instead.
+    func testConnectsWaitingOnALookupThatFailsAllFail() throws {
+        let client = try client("http://gateway-test.invalid:8080", connectMs: 3000)
+        let loop = Unchecked(self.loop!)
+        let before = try onLoop { loop.value.resolvedNameCount }
+        let reasons = try onLoop { () -> [String] in
+            await withTaskGroup(of: String.self) { group in
+                for _ in 0..<3 { group.addTask(executorPreference: loop.value) { await Self.exchange(client, Self.get("/")).error?.reasonCode ?? "none" } }
+                var reasons: [String] = []
+                for await reason in group { reasons.append(reason) }
+                return reasons
+            }
+        }
+        XCTAssertEqual(reasons.count, 3)
+        XCTAssertEqual(Set(reasons).count, 1, "\(reasons)")
+        XCTAssertTrue(["upstream_unavailable", "upstream_timeout"].contains(reasons[0]), "\(reasons)")
+        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, before)
+    }
+
     /// A loopback port nothing listens on (bound, then closed).
     private static func closedPort() throws -> Int {
         let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
