@@ -366,10 +366,7 @@ public final class TCPConnection: LoopHandle {
         let attempt = ConnectAttempt(resolving)
         // An IP literal needs no resolver (uv_getaddrinfo is a round trip through libuv's thread pool).
         if let literal = ipLiteral(host, port: port) {
-            // A connect that fails at once still reports later, as after a resolution: never inside this call.
-            resolving.reportLater = true
-            resolving.tryNext([literal][...], lastError: LoopError(operation: "connect", code: -EINVAL))
-            resolving.reportLater = false
+            resolving.start([literal])
             return attempt
         }
         let core = loop.core
@@ -377,9 +374,7 @@ public final class TCPConnection: LoopHandle {
         if let cached = core.resolved[name], cached.expiresMs > core.nowMs {
             // None of them answering: the name is asked again next time (the service may have moved).
             resolving.unreachable = { core.resolved[name] = nil }
-            resolving.reportLater = true
-            resolving.tryNext(cached.addresses[...], lastError: LoopError(operation: "connect", code: -EINVAL))
-            resolving.reportLater = false
+            resolving.start(cached.addresses)
             return attempt
         }
         // One question per name at a time: later connects wait for its answer.
@@ -425,7 +420,7 @@ public final class TCPConnection: LoopHandle {
             Unmanaged<AnyObject>.fromOpaque(context).release()
             request.deallocate()
             core.awaitingResolution[name] = nil
-            done(.failure(LoopError(operation: "resolving \(host)", code: started)))
+            resolving.start([], lastError: LoopError(operation: "resolving \(host)", code: started))
         }
         return attempt
     }
@@ -443,25 +438,12 @@ public final class TCPConnection: LoopHandle {
         }
     }
 
-    /// `host` as an IPv4 or IPv6 address with `port`, or nil when it is a name.
+    /// `host` as an IPv4 or IPv6 address with `port` (libuv's parsers), or nil when it is a name.
     private static func ipLiteral(_ host: String, port: Int) -> sockaddr_storage? {
         var storage = sockaddr_storage()
-        let found = withUnsafeMutableBytes(of: &storage) { raw -> Bool in
-            var v4 = sockaddr_in()
-            if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
-                v4.sin_family = sa_family_t(AF_INET)
-                v4.sin_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
-                withUnsafeBytes(of: v4) { raw.copyMemory(from: $0) }
-                return true
-            }
-            var v6 = sockaddr_in6()
-            if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
-                v6.sin6_family = sa_family_t(AF_INET6)
-                v6.sin6_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
-                withUnsafeBytes(of: v6) { raw.copyMemory(from: $0) }
-                return true
-            }
-            return false
+        let found = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { uv_ip4_addr(host, Int32(port), $0) == 0 }
+                || pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { uv_ip6_addr(host, Int32(port), $0) == 0 }
         }
         return found ? storage : nil
     }
@@ -494,6 +476,14 @@ public final class TCPConnection: LoopHandle {
         init(loop: EventLoop, done: @escaping (Result<TCPConnection, LoopError>) -> Void) {
             self.loop = loop
             self.done = done
+        }
+
+        /// From inside `connect`: a failure at once is still reported later, as after a resolution, never
+        /// inside the call.
+        func start(_ candidates: [sockaddr_storage], lastError: LoopError = LoopError(operation: "connect", code: -EINVAL)) {
+            reportLater = true
+            tryNext(candidates[...], lastError: lastError)
+            reportLater = false
         }
 
         func tryNext(_ candidates: ArraySlice<sockaddr_storage>, lastError: LoopError) {

@@ -61,31 +61,31 @@ enum ForwardingRules {
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
     static func values(_ name: String, in headers: [HTTPField]) -> [String] {
         var values: [String] = []
+        forEachItem(name, in: headers) { values.append(String(decoding: $0, as: UTF8.self)) }
+        return values
+    }
+
+    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed.
+    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (Substring.UTF8View) -> Void) {
         for header in headers where header.hasName(name) {
             for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
                 while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
                 while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
-                if !item.isEmpty { values.append(String(decoding: item, as: UTF8.self)) }
+                if !item.isEmpty { body(item) }
             }
         }
-        return values
     }
 
     /// Headers named in `Connection` are hop-by-hop too (a list of one or two names: no set needed). Read
     /// from the bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> [[UInt8]] {
         var named: [[UInt8]] = []
-        for header in headers where header.hasName("connection") {
-            for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
-                while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
-                while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
-                guard !item.isEmpty else { continue }
-                // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
-                let lowered = item.allSatisfy({ $0 < 0x80 })
-                    ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
-                    : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
-                if lowered != keepAlive { named.append(lowered) }
-            }
+        forEachItem("connection", in: headers) { item in
+            // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
+            let lowered = item.allSatisfy({ $0 < 0x80 })
+                ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
+                : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
+            if lowered != keepAlive { named.append(lowered) }
         }
         return named
     }
