@@ -114,6 +114,24 @@ final class RedisSentinelHarnessTests: XCTestCase {
         XCTAssertEqual(try old.info("replication")["role"], "slave", "the old primary returns as a replica of the new one")
         XCTAssertTrue(try setup.primary() === promoted)
     }
+
+    /// The TLS setup has no plain port and wants the client certificate, so a client that reached it spoke TLS
+    /// with that certificate; the sentinels settled, so they reached the servers and each other over TLS too.
+    func testTLSSentinelsAndServersSpeakOnlyTLS() throws {
+        let setup = try RedisTestSentinel(tls: true)
+        defer { setup.stop() }
+        let certificates = try XCTUnwrap(setup.certificates)
+        let primary = try setup.primary()
+        XCTAssertEqual(try setup.reportedPrimary(by: setup.sentinels[0]), primary.address)
+        for node in [primary, setup.sentinels[0]] {
+            let address = ["-h", "127.0.0.1", "-p", String(node.port)]
+            let plain = try Command.run("redis-cli", address + ["PING"], timeout: 10)
+            XCTAssertFalse(plain.output.contains("PONG"), "\(node.address) speaks TLS only: \(plain.output)")
+            let anonymous = try Command.run("redis-cli", address + ["--tls", "--cacert", certificates.caFile, "PING"], timeout: 10)
+            XCTAssertFalse(anonymous.output.contains("PONG"), "\(node.address) wants a client certificate: \(anonymous.output)")
+            XCTAssertEqual(try node.query("PING"), "PONG")
+        }
+    }
 }
 
 final class RedisTLSHarnessTests: XCTestCase {

@@ -53,12 +53,7 @@ public final class RedisTestCluster: @unchecked Sendable {
         self.certificates = certificates
         var started: [RedisNode] = []
         let login = password.map { ["--requirepass", $0, "--masterauth", $0] } ?? []
-        let tls = certificates.map {
-            ["--tls-cluster", "yes", "--tls-replication", "yes", "--tls-cert-file", $0.serverCertFile, "--tls-key-file", $0.serverKeyFile,
-             // The bus and replication connect as clients: with the client certificate (the server's is serverAuth only).
-             "--tls-client-cert-file", $0.clientCertFile, "--tls-client-key-file", $0.clientKeyFile,
-             "--tls-ca-cert-file", $0.caFile, "--tls-auth-clients", "optional"]
-        } ?? []
+        let tls = certificates.map { ["--tls-cluster", "yes"] + $0.redisServerArguments(requireClientCertificate: false) } ?? []
         let cliOptions = Self.cliOptions(password: password, certificates: certificates)
         for _ in 0..<6 {
             started.append(try RedisNode.launch(directory: directory) { [directory] port in
@@ -250,6 +245,6 @@ public final class RedisTestCluster: @unchecked Sendable {
 
     private static func cliOptions(password: String?, certificates: TestCertificates?) -> [String] {
         (password.map { ["-a", $0, "--no-auth-warning"] } ?? [])
-            + (certificates.map { ["--tls", "--cacert", $0.caFile, "--cert", $0.clientCertFile, "--key", $0.clientKeyFile] } ?? [])
+            + (certificates?.redisCLIOptions ?? [])
     }
 }

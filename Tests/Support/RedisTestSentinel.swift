@@ -2,7 +2,8 @@ import Foundation
 
 /// A Sentinel setup on 127.0.0.1: a primary, one replica, and 3 sentinels (quorum 2) watching it under
 /// `masterName`, with short timeouts so a failover completes in a few seconds. Shared per test run through
-/// `shared()`; a test that crashes the primary calls `restore()` when done.
+/// `shared()`; a test that crashes the primary calls `restore()` when done. With `tls`, every server and
+/// sentinel speaks only TLS (no plain port), with `certificates` made for it, and requires the client certificate.
 public final class RedisTestSentinel: @unchecked Sendable {
     public static let masterName = "gateway-primary"
     public static let downAfterMs = 1000
@@ -11,6 +12,8 @@ public final class RedisTestSentinel: @unchecked Sendable {
     public let servers: [RedisNode]
     public let sentinels: [RedisNode]
     public let directory: String
+    /// With `tls`: the test CA, the servers' certificate, the client certificate and a wrong CA.
+    public let certificates: TestCertificates?
 
     /// "127.0.0.1:port" of every sentinel: what `redis.sentinels` lists.
     public var sentinelAddresses: [String] { sentinels.map(\.address) }
@@ -36,13 +39,19 @@ public final class RedisTestSentinel: @unchecked Sendable {
         }
     }
 
-    public init() throws {
+    public init(tls: Bool = false) throws {
         directory = TestPaths.temporaryDirectory("redis-sentinel")
+        let certificates = tls ? try TestCertificates(directory: directory) : nil
+        self.certificates = certificates
+        let tlsArguments = certificates?.redisServerArguments(requireClientCertificate: true) ?? []
+        let portArgument = certificates == nil ? "--port" : "--tls-port"
+        let cliOptions = certificates?.redisCLIOptions ?? []
         let primary = try RedisNode.launch(directory: directory) { [directory] port in
-            RedisNode(port: port, directory: directory, arguments: [])
+            RedisNode(port: port, directory: directory, arguments: tlsArguments, portArgument: portArgument, cliOptions: cliOptions)
         }
         let replica = try RedisNode.launch(directory: directory) { [directory] port in
-            RedisNode(port: port, directory: directory, arguments: ["--replicaof", "127.0.0.1", String(primary.port)])
+            RedisNode(port: port, directory: directory, arguments: ["--replicaof", "127.0.0.1", String(primary.port)] + tlsArguments,
+                      portArgument: portArgument, cliOptions: cliOptions)
         }
         servers = [primary, replica]
         var watchers: [RedisNode] = []
@@ -56,7 +65,8 @@ public final class RedisTestSentinel: @unchecked Sendable {
                     sentinel failover-timeout \(Self.masterName) 10000
                     sentinel parallel-syncs \(Self.masterName) 1
                     """.write(toFile: file, atomically: true, encoding: .utf8)
-                return RedisNode(port: port, directory: directory, arguments: ["--sentinel"], configFile: file)
+                return RedisNode(port: port, directory: directory, arguments: ["--sentinel"] + tlsArguments, portArgument: portArgument,
+                                 cliOptions: cliOptions, configFile: file)
             })
         }
         sentinels = watchers

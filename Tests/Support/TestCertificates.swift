@@ -39,6 +39,20 @@ public struct TestCertificates: Sendable {
     }
 }
 
+/// How the test setups' redis-server processes and redis-cli use these certificates.
+extension TestCertificates {
+    /// TLS for clients, replication and (sentinels) the links to the watched servers. Those links connect as
+    /// clients: with the client certificate (the server's is serverAuth only).
+    public func redisServerArguments(requireClientCertificate: Bool) -> [String] {
+        ["--tls-replication", "yes", "--tls-cert-file", serverCertFile, "--tls-key-file", serverKeyFile,
+         "--tls-client-cert-file", clientCertFile, "--tls-client-key-file", clientKeyFile,
+         "--tls-ca-cert-file", caFile, "--tls-auth-clients", requireClientCertificate ? "yes" : "optional"]
+    }
+
+    /// redis-cli over TLS, checking the server against the test CA and showing the client certificate.
+    public var redisCLIOptions: [String] { ["--tls", "--cacert", caFile, "--cert", clientCertFile, "--key", clientKeyFile] }
+}
+
 /// A short command run to completion with its output (stdout and stderr together) and a timeout.
 public enum Command {
     public struct Result: Sendable {
