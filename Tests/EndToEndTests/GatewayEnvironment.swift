@@ -189,4 +189,15 @@ final class AppClient: @unchecked Sendable {
     }
 
     func send(_ request: UpstreamRequest) throws -> Reply { try Reply(client.send(request)) }
+
+    /// A signed GET /secure/feed, asked until the answer is 200 (at most `seconds`): recovery without a restart.
+    func eventuallyAccepted(within seconds: TimeInterval) throws -> Reply {
+        let deadline = Date().addingTimeInterval(seconds)
+        var reply = try send(signed("GET", "/secure/feed"))
+        while reply.status != 200, Date() < deadline {
+            usleep(200_000)
+            reply = try send(signed("GET", "/secure/feed"))
+        }
+        return reply
+    }
 }

@@ -30,17 +30,6 @@ final class RedisScaleOutTests: XCTestCase {
         try cluster.slot(ofKey: "{\(Base64.encodeURLSafe(app.device.keyId))}")
     }
 
-    /// Asks until the answer is 200 (at most `seconds`): recovery without a restart.
-    private func eventuallyAccepted(_ app: AppClient, within seconds: TimeInterval) throws -> Reply {
-        let deadline = Date().addingTimeInterval(seconds)
-        var reply = try app.send(app.signed("GET", "/secure/feed"))
-        while reply.status != 200, Date() < deadline {
-            usleep(200_000)
-            reply = try app.send(app.signed("GET", "/secure/feed"))
-        }
-        return reply
-    }
-
     func testAClusterServesKeysOnEveryPrimaryAndOutlivesAPrimaryCrash() throws {
         let cluster = try RedisTestCluster.shared()
         let env = try clusterGateway(cluster)
@@ -68,7 +57,7 @@ final class RedisScaleOutTests: XCTestCase {
         XCTAssertEqual(try elsewhere.send(elsewhere.signed("GET", "/secure/feed")).status, 200, "other primaries' keys keep working")
 
         let promoted = try cluster.waitForPromotion(ofSlot: victimSlot, replacing: crashed)
-        XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the promoted replica is found without a restart")
+        XCTAssertEqual(try apps[0].eventuallyAccepted(within: 10).status, 200, "the promoted replica is found without a restart")
         let changed = env.gateway.waitForEvent { event in
             event["event"] as? String == "redis_cluster_changed" && (event["primaries"] as? [String])?.contains(promoted.address) == true
         }
@@ -150,7 +139,7 @@ final class RedisScaleOutTests: XCTestCase {
         XCTAssertEqual(during.error, "store_unavailable")
 
         let promoted = try setup.waitForFailover(from: old)
-        XCTAssertEqual(try eventuallyAccepted(apps[0], within: 10).status, 200, "the new primary is found without a restart")
+        XCTAssertEqual(try apps[0].eventuallyAccepted(within: 10).status, 200, "the new primary is found without a restart")
         let changed = env.gateway.waitForEvent { $0["event"] as? String == "redis_primary_changed" && $0["primary"] as? String == promoted.address }
         XCTAssertEqual(changed?["previous"] as? String, old.address, "the operator sees the failover: \(String(describing: changed))")
         XCTAssertEqual(changed?["master_name"] as? String, RedisTestSentinel.masterName)
