@@ -31,6 +31,11 @@ static inline CURLcode ccurl_easy_setopt_closesocket(CURL *handle, curl_closesoc
     if (rc != CURLE_OK) return rc;
     return curl_easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, data);
 }
+static inline CURLcode ccurl_easy_setopt_prereq(CURL *handle, curl_prereq_callback cb, void *data) {
+    CURLcode rc = curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, cb);
+    if (rc != CURLE_OK) return rc;
+    return curl_easy_setopt(handle, CURLOPT_PREREQDATA, data);
+}
 static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

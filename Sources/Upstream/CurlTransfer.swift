@@ -45,6 +45,8 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
     private var pendingBody: [UInt8] = []
     /// nil while the exchange runs.
     private var outcome: Result<Void, UpstreamError>?
+    /// Whether curl may send this exchange's request again on a new connection.
+    private var resendGuard = CurlResendGuard()
 
     /// Loop mode: the `LoopMulti` that closes this handle's sockets (its watches must go first).
     private let socketCloser: UnsafeMutableRawPointer?
@@ -129,6 +131,7 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
                  upload: UpstreamUpload? = nil) throws(UpstreamError) {
         detach()
         self.upload = upload
+        resendGuard = CurlResendGuard(method: request.method, idempotent: request.isIdempotent, streamed: upload != nil)
         errorBuffer[0] = 0
         if !configured {
             try configureHandle()
@@ -239,6 +242,7 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
             try check(ccurl_easy_setopt_closesocket(easy, loopMultiCloseSocket, socketCloser), CURLOPT_CLOSESOCKETFUNCTION)
         }
         try check(ccurl_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context), CURLOPT_PRIVATE)
+        try check(ccurl_easy_setopt_prereq(easy, onSending, context), CURLOPT_PREREQFUNCTION)
     }
 
     private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
@@ -333,6 +337,10 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
     func error(for code: CURLcode) -> UpstreamError {
         let detail = errorBuffer[0] == 0 ? String(cString: curl_easy_strerror(code)) : String(cString: errorBuffer)
         switch code {
+        case CURLE_SEND_FAIL_REWIND:
+            return resendGuard.refusal  // a streamed body's bytes went out: curl cannot send it again
+        case CURLE_ABORTED_BY_CALLBACK where resendGuard.refused:
+            return resendGuard.refusal
         case CURLE_OPERATION_TIMEDOUT:
             return .timeout(detail)
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
@@ -421,6 +429,9 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
         return count
     }
 
+    /// curl is about to send the request (again, after a reused connection died): false stops it.
+    fileprivate func admitSending() -> Bool { resendGuard.admitSending() }
+
     /// Loop mode: body bytes that arrived before anyone took them (read once, by whoever relays the body).
     func takePendingBody() -> [UInt8] {
         defer { pendingBody = [] }
@@ -446,4 +457,10 @@ private func onUploadRead(buffer: UnsafeMutablePointer<CChar>?, size: Int, count
     guard let context, let buffer else { return 0 }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
     return transfer.readUpload(UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) ?? ccurl_readfunc_pause()
+}
+
+private func onSending(context: UnsafeMutableRawPointer?, _: UnsafeMutablePointer<CChar>?, _: UnsafeMutablePointer<CChar>?,
+                       _: Int32, _: Int32) -> Int32 {
+    guard let context else { return CURL_PREREQFUNC_ABORT }
+    return Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue().admitSending() ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT
 }

@@ -10,8 +10,9 @@ public struct UpstreamTarget: Sendable, Equatable {
     /// Idle kept-alive connections held for reuse; more concurrent requests still work, but their
     /// connections are closed afterwards.
     public let maxIdleConnections: Int
-    /// The base URL taken apart for the loops' own HTTP/1.1 client; nil for `https://` (curl's).
-    let plainHTTP: PlainHTTPEndpoint?
+    /// The base URL taken apart for the loops' own HTTP/1.1 client; nil for `https://` (curl's). Settable
+    /// inside the module so tests can drive curl's loop path against a plain loopback server.
+    var plainHTTP: PlainHTTPEndpoint?
 
     /// A total limit that also bounds the first byte and every silence (Apple's APIs, the CLI).
     public init(
