@@ -4,7 +4,8 @@
 # `return 200`) and config; after a warm-up, exactly COUNT pass-route requests (and, with PROFILE_ASSERT=1,
 # pre-signed assert-route requests) are measured. Prints instructions per request and leaves the callgrind
 # output in the work directory for callgrind_annotate. Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS
-# (16), PROFILE_ASSERT=1, PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_OUT (a new /tmp directory).
+# (16), PROFILE_ASSERT=1, PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_OUT (a new /tmp directory),
+# PROFILE_GATEWAY (the binary; .build/release/gateway).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${PROFILE_COUNT:-20000}
@@ -15,7 +16,7 @@ work=${PROFILE_OUT:-$(mktemp -d /tmp/gateway-callgrind.XXXXXX)}
 mkdir -p "$work/ca" "$work/tmp" "$work/logs"
 chmod 755 "$work"
 ./scripts/install-deps.sh valgrind nginx wrk redis-server python3 curl
-gateway=.build/release/gateway
+gateway=${PROFILE_GATEWAY:-.build/release/gateway}
 [ -x "$gateway" ] || { echo "callgrind: build first (./scripts/release-build.sh)" >&2; exit 1; }
 
 gateway_pid="" grind_pid=""

@@ -95,6 +95,42 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertLessThan(abs(parsed?.timeIntervalSinceNow ?? 99), 5, now)
     }
 
+    /// The server's buffered log: lines from several threads, bursts past the pending bound (written by the
+    /// logging thread itself) and quiet spells (the writer thread's batches) all reach the file whole, once,
+    /// each thread's in order — also after the writer's buffers were swapped many times.
+    func testBufferedLogWritesEveryLineWholeOnceAndInOrder() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("log-\(UUID().uuidString)").path
+        defer { unlink(path) }
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        defer { close(descriptor) }
+        let log = EventLog(descriptor: descriptor, buffered: true)
+        let threads = 4, linesPerThread = 3_000
+        let padding = String(repeating: "p", count: 400)  // 12,000 lines of ~0.5 KiB: several 1 MiB bursts
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            for index in 0..<linesPerThread {
+                log.request(level: .info) { line in
+                    line.int("thread", thread)
+                    line.int("index", index)
+                    line.string("padding", padding)
+                }
+                if index % 1_000 == 0 { usleep(20_000) }  // let the writer thread take a few batches
+            }
+        }
+        log.close()
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let lines = text.split(separator: "\n")
+        XCTAssertEqual(lines.count, threads * linesPerThread)
+        var next = [Int](repeating: 0, count: threads)
+        for line in lines {
+            let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            let thread = try XCTUnwrap(object["thread"] as? Int), index = try XCTUnwrap(object["index"] as? Int)
+            XCTAssertEqual(index, next[thread], "thread \(thread)'s lines out of order")
+            next[thread] = index + 1
+        }
+        XCTAssertEqual(next, [Int](repeating: linesPerThread, count: threads))
+    }
+
     func testSecureRandomBytesDiffer() {
         let first = SecureRandom.bytes(32), second = SecureRandom.bytes(32)
         XCTAssertEqual(first.count, 32)

@@ -17,8 +17,10 @@ public final class EventLog: Sendable {
     private let descriptor: Int32
     private let buffered: Bool
     private let pending = Locked<[UInt8]>([])
-    /// Held while a batch is written, so batches leave in the order their lines were logged.
-    private let writing = Locked(())
+    /// Held while a batch is written, so batches leave in the order their lines were logged; holds the
+    /// buffer `pending` swaps with, so both keep their capacity (taking a copy of `pending` and emptying
+    /// it allocated a buffer of its largest size every 5 ms: an mmap and munmap each time after a burst).
+    private let writing = Locked<[UInt8]>([])
     private let stopped = Atomic<Bool>(false)
 
     public init(descriptor: Int32 = STDOUT_FILENO, level: Level = .info, buffered: Bool = false) {
@@ -37,12 +39,10 @@ public final class EventLog: Sendable {
 
     /// Writes what is pending now (at shutdown, and before a buffered log's process exits).
     public func flush() {
-        writing.withLock { _ in
-            let batch = pending.withLock { lines in
-                defer { lines.removeAll(keepingCapacity: true) }
-                return lines
-            }
+        writing.withLock { batch in
+            pending.withLock { swap(&$0, &batch) }
             writeAll(batch)
+            batch.removeAll(keepingCapacity: true)
         }
     }
 
