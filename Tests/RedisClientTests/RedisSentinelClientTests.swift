@@ -46,6 +46,8 @@ final class RedisSentinelClientTests: XCTestCase {
         return try XCTUnwrap(idles.min(), "no client asked \(sentinel.address) for the primary")
     }
 
+    /// CLIENT LIST's `idle` counts whole seconds between two truncated clocks: it may read one more than
+    /// elapsed, hence the margins (a check every ~1.1 s reads at most 2; 4 s without a question at least 3).
     func testTheSentinelsAreAskedEverySecondWhileInUseAndNotWhenIdle() throws {
         let setup = try RedisTestSentinel.shared()
         try setup.waitUntilSettled()
@@ -53,16 +55,16 @@ final class RedisSentinelClientTests: XCTestCase {
         let redis = Redis(options: RedisOptions(topology: .sentinel(sentinels: [RedisAddress(host: "127.0.0.1", port: sentinel.port)],
                                                                     masterName: RedisTestSentinel.masterName), timeoutMs: 300))
         let key = "in-use:\(UUID().uuidString.prefix(8))"
-        let busyUntil = Date().addingTimeInterval(3)
+        let busyUntil = Date().addingTimeInterval(4)
         while Date() < busyUntil {
             XCTAssertTrue(Self.set(redis, key))
             usleep(100_000)
         }
-        XCTAssertLessThanOrEqual(try Self.sinceAsked(sentinel), 1, "asked again within the last second, 3 s after the first command")
-        sleep(4)
-        XCTAssertGreaterThanOrEqual(try Self.sinceAsked(sentinel), 2, "an idle client stops asking (one check after its last command)")
+        XCTAssertLessThanOrEqual(try Self.sinceAsked(sentinel), 2, "asked again about every second, 4 s after the first command")
+        sleep(5)
+        XCTAssertGreaterThanOrEqual(try Self.sinceAsked(sentinel), 3, "an idle client stops asking (one check after its last command)")
         XCTAssertTrue(Self.set(redis, key))
-        XCTAssertEqual(try Self.sinceAsked(sentinel), 0, "after a while idle, the sentinel is asked before the next command")
+        XCTAssertLessThanOrEqual(try Self.sinceAsked(sentinel), 1, "after a while idle, the sentinel is asked before the next command")
     }
 
     func testAPlannedFailoverIsFollowedWithinAboutASecondOfTheSentinels() throws {
