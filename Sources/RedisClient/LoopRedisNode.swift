@@ -12,6 +12,9 @@ final class LoopRedisNode {
     private let expect: LoopRedisConnection.Expectation
     private var connections: [LoopRedisConnection?]
     private var next = 0
+    /// Closed by its owner: a command that picked this node before (a failover followed meanwhile) is not
+    /// sent, so the owner can send it where it now belongs.
+    private var released: RedisClientError?
 
     init(loop: EventLoop, address: RedisAddress, options: RedisOptions, expect: LoopRedisConnection.Expectation = .any) {
         self.loop = loop
@@ -42,6 +45,7 @@ final class LoopRedisNode {
     }
 
     private func pick() throws(RedisClientError) -> LoopRedisConnection {
+        if let released { throw .unreachable(released.message) }
         // The connection holding this iteration's commands takes this one too: they leave in one write.
         for case let connection? in connections where connection.hasOutgoing && !connection.isClosed { return connection }
         next = (next + 1) % connections.count
@@ -56,8 +60,10 @@ final class LoopRedisNode {
         return created
     }
 
-    func close() {
-        for connection in connections { connection?.close(.unavailable("client released")) }
+    /// Fails the commands waiting on its connections with `reason`; none is sent through it afterwards.
+    func close(_ reason: RedisClientError = .unavailable("client released")) {
+        released = reason
+        for connection in connections { connection?.close(reason) }
         connections = connections.map { _ in nil }
     }
 }

@@ -13,6 +13,9 @@ public final class Redis: @unchecked Sendable {
     private var routers: [ObjectIdentifier: (loop: EventLoop, router: any RedisRouting)] = [:]
     private var ownLoop: EventLoop?
     private let reporter: TopologyReporter
+    /// With sentinels: the subscriptions opened, closed when another primary is named, so their readers
+    /// subscribe again there (and reload what they missed) instead of listening where nobody publishes.
+    private var subscriptions: [() -> RedisSubscription?] = []
 
     /// `onTopologyChange`: told once per change of primary (Sentinel) or of the Cluster's primaries.
     public init(options: RedisOptions, onTopologyChange: (@Sendable (RedisTopologyEvent) -> Void)? = nil) {
@@ -41,9 +44,13 @@ public final class Redis: @unchecked Sendable {
     public func subscribe(_ channel: [UInt8]) async throws(RedisClientError) -> RedisSubscription {
         let loop = try helperLoop()
         let options = self.options
-        return try await onLoop(loop) { (router) async throws(RedisClientError) in
+        let subscription = try await onLoop(loop) { (router) async throws(RedisClientError) in
             try await RedisSubscription.open(loop: loop, address: router.subscriptionAddress(), options: options, channel: channel)
         }
+        if case .sentinel = options.topology {
+            lock.withLock { subscriptions = subscriptions.filter { $0() != nil } + [{ [weak subscription] in subscription }] }
+        }
+        return subscription
     }
 
     /// Runs `body` with the router of the current loop, or of the helper loop (hopping there) off the loops.
@@ -72,10 +79,26 @@ public final class Redis: @unchecked Sendable {
             case .single(let address): made = SingleRouter(loop: loop, address: address, options: options)
             case .cluster(let seeds): made = ClusterRouter(loop: loop, seeds: seeds, options: options, reporter: reporter)
             case .sentinel(let sentinels, let name):
-                made = SentinelRouter(loop: loop, sentinels: sentinels, masterName: name, options: options, reporter: reporter)
+                made = SentinelRouter(loop: loop, sentinels: sentinels, masterName: name, options: options, reporter: reporter) {
+                    [weak self] primary in self?.primaryReplaced(by: primary, noticedOn: loop)
+                }
             }
             routers[ObjectIdentifier(loop)] = (loop, made)
             return made
+        }
+    }
+
+    /// One loop's router saw a new primary: every other loop's asks the sentinels now (on its own thread),
+    /// and subscriptions elsewhere are closed.
+    private func primaryReplaced(by primary: RedisAddress, noticedOn noticing: EventLoop) {
+        let (others, subscribed) = lock.withLock { (routers.values.filter { $0.loop !== noticing }, subscriptions.compactMap { $0() }) }
+        for (loop, router) in others {
+            guard let router = router as? SentinelRouter else { continue }
+            let carried = Unchecked(router)
+            loop.executeOnLoop { carried.value.check() }
+        }
+        for subscription in subscribed where subscription.address != primary {
+            subscription.close(.unavailable("Redis at \(subscription.address) is no longer the primary: the sentinels name \(primary)"))
         }
     }
 

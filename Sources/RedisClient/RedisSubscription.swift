@@ -49,7 +49,7 @@ public final class RedisSubscription: @unchecked Sendable {
         return subscription
     }
 
-    deinit { close() }
+    deinit { close(.unavailable("subscription closed")) }
 
     private static func push(_ reply: RedisReply) -> Push {
         guard case .array(let items) = reply, case .string(let kind)? = items.first else { return .other }
@@ -84,9 +84,9 @@ public final class RedisSubscription: @unchecked Sendable {
         }
     }
 
-    private func close() {
+    /// Ends it: `next` and `ping` throw `reason` from then on (the reader subscribes again).
+    func close(_ reason: RedisClientError) {
         let carried = Unchecked(connection)
-        connection = nil
-        loop.executeOnLoop { carried.value?.close(.unavailable("subscription closed")) }
+        loop.executeOnLoop { carried.value?.close(reason) }
     }
 }

@@ -19,13 +19,16 @@ final class TopologyReporter: Sendable {
         self.sink = sink
     }
 
-    func primary(_ address: RedisAddress, masterName: String) {
-        guard let sink, let previous = primary.withLock({ (known: inout RedisAddress?) -> RedisAddress?? in
+    /// True when this is news: the first router to see a primary replace another (not the first one found).
+    @discardableResult
+    func primary(_ address: RedisAddress, masterName: String) -> Bool {
+        guard let previous = primary.withLock({ (known: inout RedisAddress?) -> RedisAddress?? in
             guard known != address else { return nil }
             defer { known = address }
             return .some(known)
-        }) else { return }
-        sink(.primaryChanged(masterName: masterName, previous: previous, primary: address))
+        }) else { return false }
+        sink?(.primaryChanged(masterName: masterName, previous: previous, primary: address))
+        return previous != nil
     }
 
     func clusterPrimaries(_ addresses: [RedisAddress]) {

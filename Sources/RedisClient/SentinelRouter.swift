@@ -5,8 +5,18 @@ import EventLoop
 /// old primary, even once it is back — and again after a failure or a READONLY reply; ROLE is checked at
 /// login. Asking again waits `resolvePauseMs` between attempts, so a dead primary the sentinels have not
 /// replaced yet costs one question per pause, not one per request.
+///
+/// While in use, the sentinels are also asked every `checkEveryMs`: after a planned failover (or one
+/// where the old primary was only cut off) the old primary stays a working primary until the sentinels
+/// demote it, 8–10 s later, and drop every write it took meanwhile; nothing fails to tell us sooner. When
+/// the answer changes, the old primary's connections are closed (commands in flight on them fail, as any
+/// lost connection) and new commands go to the new one. Polling rather than a `+switch-master`
+/// subscription: no connection of its own to keep alive and re-subscribe, nothing lost if it silently
+/// dies, and each loop keeps its state on its own thread; it adds at most a second to the sentinels' own
+/// reaction time (they look at a promoted replica once a second too).
 final class SentinelRouter: RedisRouting {
     static let resolvePauseMs: UInt64 = 200
+    static let checkEveryMs: UInt64 = 1000
 
     private let loop: EventLoop
     private let options: RedisOptions
@@ -18,10 +28,18 @@ final class SentinelRouter: RedisRouting {
     private var resolveFailure: RedisClientError?
     private let resolving = SingleFlight()
     private let reporter: TopologyReporter
+    private var checkTimer: LoopTimer?
+    private var checkArmed = false
+    /// Called (on this loop) when this router is the first to see the primary replaced.
+    private let onNewPrimary: (RedisAddress) -> Void
 
-    init(loop: EventLoop, sentinels: [RedisAddress], masterName: String, options: RedisOptions, reporter: TopologyReporter) {
+    /// `onNewPrimary`: lets the other loops' routers check at once, so loops do not disagree for up to a
+    /// check period (a key registered through one loop on the old primary, looked up through another on the new).
+    init(loop: EventLoop, sentinels: [RedisAddress], masterName: String, options: RedisOptions, reporter: TopologyReporter,
+         onNewPrimary: @escaping (RedisAddress) -> Void = { _ in }) {
         self.loop = loop
         self.reporter = reporter
+        self.onNewPrimary = onNewPrimary
         self.options = options
         self.masterName = masterName
         // Sentinels take no database; their login (if any) is their own, not the data servers'.
@@ -29,9 +47,12 @@ final class SentinelRouter: RedisRouting {
         (sentinelOptions.username, sentinelOptions.password) = (options.sentinelUsername, options.sentinelPassword)
         (sentinelOptions.database, sentinelOptions.connectionsPerNode) = (0, 1)
         self.sentinels = sentinels.map { LoopRedisNode(loop: loop, address: $0, options: sentinelOptions) }
+        // Made on the loop's thread (`Redis` makes routers there), as a libuv handle must be.
+        checkTimer = LoopTimer(loop) { [weak self] in self?.check() }
     }
 
     func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
+        keepChecking()
         var node = try await current()
         var rerouted = false
         while true {
@@ -71,6 +92,25 @@ final class SentinelRouter: RedisRouting {
         return primary
     }
 
+    /// Arms the next check: checks run only while commands come, so an idle loop asks nobody; one idle
+    /// for longer than that asks before its next command instead (its primary may have changed meanwhile).
+    private func keepChecking() {
+        guard !checkArmed else { return }
+        checkArmed = true
+        if loop.nowMs >= resolvedAtMs + 2 * Self.checkEveryMs { stale = true }
+        checkTimer?.start(milliseconds: Int(Self.checkEveryMs))
+    }
+
+    /// In the background: commands keep going to the known primary until the answer differs. A question
+    /// is bounded by `timeoutMs` per sentinel; while one runs, no other starts. Also called (on this loop)
+    /// when another loop's router saw a new primary.
+    func check() {
+        checkArmed = false
+        guard checkTimer != nil, !resolving.isRunning else { return }  // not once closed
+        let carried = Unchecked(self)
+        Task(executorPreference: loop) { await carried.value.resolving.run { await carried.value.resolve() } }
+    }
+
     /// Asks each sentinel in turn; the first that names the primary is asked first next time.
     private func resolve() async {
         resolvedAtMs = loop.nowMs
@@ -99,13 +139,18 @@ final class SentinelRouter: RedisRouting {
     private func use(_ address: RedisAddress) {
         stale = false
         resolveFailure = nil
-        reporter.primary(address, masterName: masterName)
+        if reporter.primary(address, masterName: masterName) { onNewPrimary(address) }
         if primary?.address == address { return }
-        primary?.close()
+        if let old = primary {
+            // What it still answers would be dropped when the sentinels demote it: fail it instead (503).
+            old.close(.unavailable("Redis at \(old.address) is no longer the primary of \(masterName): the sentinels name \(address)"))
+        }
         primary = LoopRedisNode(loop: loop, address: address, options: options, expect: .primary)
     }
 
     func close() {
+        checkTimer?.close()
+        checkTimer = nil
         primary?.close()
         sentinels.forEach { $0.close() }
     }

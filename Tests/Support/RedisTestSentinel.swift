@@ -134,6 +134,35 @@ public final class RedisTestSentinel: @unchecked Sendable {
         return promoted!
     }
 
+    /// A planned failover: `SENTINEL FAILOVER` to `sentinel`, asked again while it cannot start one yet
+    /// (NOGOODSLAVE while its view of a just-demoted replica is old, INPROG). When it was accepted.
+    /// The old primary stays up and a primary until the sentinels demote it, about 8–10 s later.
+    @discardableResult
+    public func startFailover(by sentinel: RedisNode, timeout: TimeInterval = 20) throws -> Date {
+        var accepted: Date?
+        try waitUntil(timeout: timeout, "\(sentinel.address) to accept SENTINEL FAILOVER") {
+            guard try sentinel.query("SENTINEL", "FAILOVER", Self.masterName) == "OK" else { return false }
+            accepted = Date()
+            return true
+        }
+        return accepted!
+    }
+
+    /// Asks `sentinel` every 20 ms until it names a primary other than `old`: that server, and when the
+    /// answer was first seen (what a client asking this sentinel could know from then on).
+    public func waitForAnnouncement(by sentinel: RedisNode, replacing old: RedisNode,
+                                    timeout: TimeInterval = 15) throws -> (primary: RedisNode, at: Date) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let named = try? reportedPrimary(by: sentinel), named != old.address,
+               let server = servers.first(where: { $0.address == named }) {
+                return (server, Date())
+            }
+            usleep(20_000)
+        }
+        throw TestSupportError("\(sentinel.address) still names \(old.address) after \(timeout) s")
+    }
+
     /// Restarts crashed servers as replicas of the current primary (the sentinels would convert a returning
     /// old primary too, but only after about 8 s) and waits until settled.
     public func restore(timeout: TimeInterval = 30) throws {
