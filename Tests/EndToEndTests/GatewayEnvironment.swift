@@ -201,3 +201,29 @@ final class AppClient: @unchecked Sendable {
         return reply
     }
 }
+
+extension GatewayEnvironment {
+    /// Crashes the sentinels' primary under this gateway and checks what its users see, over plain TCP or
+    /// TLS alike: `503 store_unavailable` meanwhile, the promoted replica used without a restart,
+    /// `redis_primary_changed` naming the old primary as `previous`, every app's registration still there.
+    /// Returns the crashed primary, the promoted one and the event.
+    func crashPrimaryAndFollow(_ setup: RedisTestSentinel, apps: [AppClient], file: StaticString = #filePath, line: UInt = #line)
+        throws -> (old: RedisNode, promoted: RedisNode, changed: [String: Any]?) {
+        _ = try setup.primary().query("WAIT", "1", "2000")
+        let old = try setup.crashPrimary()
+        let during = try apps[0].send(apps[0].signed("GET", "/secure/feed"))
+        XCTAssertEqual(during.status, 503, during.text, file: file, line: line)
+        XCTAssertEqual(during.error, "store_unavailable", file: file, line: line)
+
+        let promoted = try setup.waitForFailover(from: old)
+        XCTAssertEqual(try apps[0].eventuallyAccepted(within: 10).status, 200, "the new primary is found without a restart",
+                       file: file, line: line)
+        let changed = gateway.waitForEvent { $0["event"] as? String == "redis_primary_changed" && $0["primary"] as? String == promoted.address }
+        XCTAssertEqual(changed?["previous"] as? String, old.address, "the operator sees the failover: \(String(describing: changed))",
+                       file: file, line: line)
+        for app in apps {
+            XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200, "no registration lost", file: file, line: line)
+        }
+        return (old, promoted, changed)
+    }
+}

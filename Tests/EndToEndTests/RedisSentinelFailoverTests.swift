@@ -48,20 +48,10 @@ final class RedisSentinelFailoverTests: XCTestCase {
         defer { env.stop() }
 
         let rounds = Mutex<[Round]>([])
-        let stop = Atomic(false)
-        let done = DispatchGroup()
-        done.enter()
-        Thread {
-            defer { done.leave() }
-            while !stop.load(ordering: .relaxed) {
-                if let round = try? Self.round(env) { rounds.withLock { $0.append(round) } }
-                usleep(100_000)
-            }
-        }.start()
-        defer {
-            stop.store(true, ordering: .relaxed)
-            _ = done.wait(timeout: .now() + 10)
+        let traffic = BackgroundTraffic(pause: 0.1) { _ in
+            if let round = try? Self.round(env) { rounds.withLock { $0.append(round) } }
         }
+        defer { traffic.stop(within: 10) }
 
         usleep(1_000_000)
         let old = try setup.primary()
@@ -69,8 +59,7 @@ final class RedisSentinelFailoverTests: XCTestCase {
         let (promoted, announcedAt) = try setup.waitForAnnouncement(by: setup.sentinels[0], replacing: old)
         // Past the sentinels' demotion of the old primary, which drops what it alone took.
         while Date() < failoverAt.addingTimeInterval(12) { usleep(100_000) }
-        stop.store(true, ordering: .relaxed)
-        XCTAssertEqual(done.wait(timeout: .now() + 15), .success)
+        XCTAssertTrue(traffic.stop(within: 15))
         try setup.waitUntilSettled()
 
         let changed = env.gateway.waitForEvent { $0["event"] as? String == "redis_primary_changed" && $0["primary"] as? String == promoted.address }

@@ -84,24 +84,12 @@ final class RedisSentinelClientTests: XCTestCase {
 
         // One write every 150 ms, with when it was acknowledged (nil: it failed, 503 in the gateway).
         let writes = Mutex<[(key: String, acknowledgedAt: Date?)]>([])
-        let stop = Atomic(false)
-        let done = DispatchGroup()
-        done.enter()
-        Thread {
-            defer { done.leave() }
-            var index = 0
-            while !stop.load(ordering: .relaxed) {
-                let key = "\(run):\(index)"
-                let acknowledged = Self.set(redis, key)
-                writes.withLock { $0.append((key, acknowledged ? Date() : nil)) }
-                index += 1
-                usleep(150_000)
-            }
-        }.start()
-        defer {
-            stop.store(true, ordering: .relaxed)
-            _ = done.wait(timeout: .now() + 10)
+        let traffic = BackgroundTraffic(pause: 0.15) { index in
+            let key = "\(run):\(index)"
+            let acknowledged = Self.set(redis, key)
+            writes.withLock { $0.append((key, acknowledged ? Date() : nil)) }
         }
+        defer { traffic.stop(within: 10) }
 
         usleep(500_000)
         let old = try setup.primary()
@@ -113,8 +101,7 @@ final class RedisSentinelClientTests: XCTestCase {
         XCTAssertEqual(Self.subscribe(redis, run)?.address.port, promoted.port, "subscribing again reaches the new primary")
         // Past the sentinels' demotion of the old primary, which drops what it alone took.
         while Date() < failoverAt.addingTimeInterval(12) { usleep(100_000) }
-        stop.store(true, ordering: .relaxed)
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(traffic.stop(within: 10))
         try setup.waitUntilSettled()
 
         let kept = Set(try promoted.query("KEYS", "\(run):*").split(whereSeparator: \.isNewline).map(String.init))
