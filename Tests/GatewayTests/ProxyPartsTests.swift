@@ -178,6 +178,23 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(object["total_ms"] as? Double, 1.235)
     }
 
+    /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's
+    /// format before), including the edges: whole numbers, trailing zeros, half-way cases, huge, negative.
+    func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {
+        var generator = SystemRandomNumberGenerator()
+        let edges: [Double] = [0, 0.0004, 0.0005, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.9995, 1, 2, 10, 12.3, 12.05, 100.007,
+                               999.9999, 1_234_567.891, 99_999_999_999.999, 1e12, 1e17, -0.5, -12.25, .infinity, .nan]
+        let random = (0..<2_000).map { _ in Double.random(in: 0..<100_000, using: &generator) }
+            + (0..<2_000).map { _ in Double(Int.random(in: 0..<10_000_000, using: &generator)) / 1000 }
+        for value in edges + random {
+            var line = JSONLine()
+            line.number("n", value)
+            let rounded = (value * 1000).rounded() / 1000
+            let expected = rounded.isFinite ? String(rounded) : "null"
+            XCTAssertEqual(String(decoding: line.line, as: UTF8.self), "{\"n\":\(expected)}\n", "\(value)")
+        }
+    }
+
     func testRequestLinesStartWithTimeLevelAndEvent() throws {
         var descriptors: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&descriptors), 0)
