@@ -99,6 +99,25 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(server.connections, 1)
     }
 
+    /// A head trickled a byte at a time: field names and values split anywhere (inside a UTF-8 character too)
+    /// are joined before they are decoded and trimmed.
+    func testFieldsSplitAcrossReadsAreJoinedWhole() throws {
+        let head = Array("HTTP/1.1 200 OK\r\nX-A-Rather-Long-Field-Name: caf\u{e9} au lait \r\nContent-Length: 2\r\n\r\n".utf8)
+        let server = try ScriptedUpstream { connection in
+            connection.readHead()
+            for byte in head {
+                connection.send([byte])
+                usleep(2_000)
+            }
+            connection.send("ok")
+            connection.waitForClose()
+        }
+        let result = try run(try client(server.baseURL), Self.get("/")).first
+        XCTAssertEqual(result?.headers, [HTTPField("X-A-Rather-Long-Field-Name", "caf\u{e9} au lait"), HTTPField("Content-Length", "2")])
+        XCTAssertEqual(result?.text, "ok")
+        XCTAssertNil(result?.error)
+    }
+
     func testInterimResponsesAreSkippedUntilTheFinalOne() throws {
         let server = try ScriptedUpstream { connection in
             connection.readHead()
