@@ -183,7 +183,7 @@ final class ProxyPartsTests: XCTestCase {
     func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {
         var generator = SystemRandomNumberGenerator()
         let edges: [Double] = [0, 0.0004, 0.0005, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.9995, 1, 2, 10, 12.3, 12.05, 100.007,
-                               999.9999, 1_234_567.891, 99_999_999_999.999, 1e12, 1e17, -0.5, -12.25, .infinity, .nan]
+                               999.9999, 1_234_567.891, 99_999_999_999.999, 1e12, 1e17, -0.0001, -0.5, -12.25, .infinity, .nan]
         let random = (0..<2_000).map { _ in Double.random(in: 0..<100_000, using: &generator) }
             + (0..<2_000).map { _ in Double(Int.random(in: 0..<10_000_000, using: &generator)) / 1000 }
         for value in edges + random {

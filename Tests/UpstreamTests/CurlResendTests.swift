@@ -16,7 +16,7 @@ final class CurlResendTests: XCTestCase {
         try ScriptedUpstream { connection in
             var answered = 0
             while let head = connection.readHead() {
-                connection.read(contentLength(head))
+                _ = connection.read(contentLength(head))
                 if connection.number == 1 && answered == 1 { return }
                 answered += 1
                 connection.send("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n\(connection.number)")
@@ -91,28 +91,11 @@ final class CurlResendTests: XCTestCase {
             connectMs: 2000, firstByteMs: 5000, idleMs: 5000, totalMs: 0))
         target.plainHTTP = nil  // curl's path, as for https://
         let client = UpstreamClient(target: target)
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var results: [String] = []
         nonisolated(unsafe) let exchanges = exchanges
-        Task(executorPreference: loop) {
-            for exchange in exchanges { results.append(await Self.exchange(client, exchange.request, upload: exchange.upload?())) }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 20) == .success else { throw ScriptError("the loop task did not finish") }
-        return results
-    }
-
-    private static func exchange(_ client: UpstreamClient, _ request: UpstreamRequest, upload: UpstreamUpload?) async -> String {
-        do throws(UpstreamError) {
-            guard let multi = try LoopMulti.current() else { return "not on a loop" }
-            let stream = try await client.open(request, on: multi, upload: upload)
-            let ended = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<([UInt8], UpstreamError?)>, Never>) in
-                var bytes: [UInt8] = []
-                stream.relay(body: { bytes += $0; return true }, end: { continuation.resume(returning: Unchecked((bytes, $0))) })
-            }
-            return ended.value.1?.reasonCode ?? String(decoding: ended.value.0, as: UTF8.self)
-        } catch {
-            return error.reasonCode
+        return try loop.waitForTask {
+            var results: [String] = []
+            for exchange in exchanges { results.append(await Exchanged.run(client, exchange.request, upload: exchange.upload?()).outcome) }
+            return results
         }
     }
 

@@ -20,59 +20,16 @@ final class LoopHTTPClientTests: XCTestCase {
         loop.stop()
     }
 
-    /// What one exchange gave: the head, every body byte, and how the body ended.
-    struct Exchanged: @unchecked Sendable {
-        var status = 0
-        var headers: [HTTPField] = []
-        var body: [UInt8] = []
-        var timing: UpstreamTiming?
-        var remoteAddress: String?
-        /// Why `open` or the body failed.
-        var error: UpstreamError?
-        var text: String { String(decoding: body, as: UTF8.self) }
-    }
-
     private func client(_ baseURL: String, connectMs: Int = 2000, firstByteMs: Int = 3000, idleMs: Int = 3000, totalMs: Int = 0,
                         maxIdle: Int = 8) throws -> UpstreamClient {
         UpstreamClient(target: try UpstreamTarget(baseURL: baseURL, timeouts: UpstreamTimeouts(
             connectMs: connectMs, firstByteMs: firstByteMs, idleMs: idleMs, totalMs: totalMs), maxIdleConnections: maxIdle))
     }
 
-    /// Runs `body` as a task on the loop and waits for it (bounded).
-    private func onLoop<T>(_ body: @escaping () async -> T) throws -> T {
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var result: T?
-        nonisolated(unsafe) let body = body
-        Task(executorPreference: loop) {
-            result = await body()
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 20) == .success, let result else { throw ScriptError("the loop task did not finish") }
-        return result
-    }
-
-    /// One whole exchange on the loop: `open`, then the body relayed to its end.
-    private static func exchange(_ client: UpstreamClient, _ request: UpstreamRequest, upload: UpstreamUpload? = nil) async -> Exchanged {
-        var result = Exchanged()
-        do throws(UpstreamError) {
-            guard let multi = try LoopMulti.current() else { return Exchanged(error: .unavailable("not on a loop")) }
-            let stream = try await client.open(request, on: multi, upload: upload)
-            (result.status, result.headers, result.timing, result.remoteAddress) = (stream.status, stream.headers, stream.timing, stream.remoteAddress)
-            let body = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<([UInt8], UpstreamError?)>, Never>) in
-                var bytes: [UInt8] = []
-                stream.relay(body: { bytes += $0; return true }, end: { continuation.resume(returning: Unchecked((bytes, $0))) })
-            }
-            (result.body, result.error) = body.value
-        } catch {
-            result.error = error
-        }
-        return result
-    }
-
     private func run(_ client: UpstreamClient, _ requests: UpstreamRequest...) throws -> [Exchanged] {
-        try onLoop {
+        try loop.waitForTask {
             var results: [Exchanged] = []
-            for request in requests { results.append(await Self.exchange(client, request)) }
+            for request in requests { results.append(await Exchanged.run(client, request)) }
             return results
         }
     }
@@ -251,12 +208,12 @@ final class LoopHTTPClientTests: XCTestCase {
             connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
         }
         let client = try client(server.baseURL)
-        let results = try onLoop { () -> [Exchanged] in
-            let first = await Self.exchange(client, Self.get("/1"))
+        let results = try loop.waitForTask { () -> [Exchanged] in
+            let first = await Exchanged.run(client, Self.get("/1"))
             let upload = UpstreamUpload(length: 4)
             _ = Array("body".utf8).withUnsafeBytes { upload.write($0) }
             upload.finish()
-            return [first, await Self.exchange(client, UpstreamRequest(method: "POST", pathAndQuery: "/2"), upload: upload)]
+            return [first, await Exchanged.run(client, UpstreamRequest(method: "POST", pathAndQuery: "/2"), upload: upload)]
         }
         XCTAssertEqual(results[0].text, "first")
         XCTAssertEqual(results[1].error?.reasonCode, "upstream_unavailable")
@@ -400,7 +357,7 @@ final class LoopHTTPClientTests: XCTestCase {
         let received = Mutex(0)
         let ended = DispatchSemaphore(value: 0)
         let failure = Mutex<UpstreamError?>(nil)
-        let stream = try onLoop { () -> Unchecked<UpstreamStream?> in
+        let stream = try loop.waitForTask { () -> Unchecked<UpstreamStream?> in
             guard let multi = try? LoopMulti.current(), let stream = try? await client.open(Self.get("/big"), on: multi) else {
                 return Unchecked(nil)
             }
@@ -461,7 +418,7 @@ final class LoopHTTPClientTests: XCTestCase {
         nonisolated(unsafe) var result: Exchanged?
         Task(executorPreference: loop) {
             loop.executeOnLoop { produce?() }
-            result = await Self.exchange(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload.value)
+            result = await Exchanged.run(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload.value)
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.5)
@@ -508,7 +465,7 @@ final class LoopHTTPClientTests: XCTestCase {
         let client = try client(upstream.baseURL)
         let piece = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let loop: EventLoop = self.loop
-        let results = try onLoop { () -> [Exchanged] in
+        let results = try loop.waitForTask { () -> [Exchanged] in
             var results: [Exchanged] = []
             for length in [nil, 3 * piece.count] {
                 let upload = UpstreamUpload(length: length)
@@ -521,7 +478,7 @@ final class LoopHTTPClientTests: XCTestCase {
                         upload.finish()
                     }
                 }
-                results.append(await Self.exchange(client, UpstreamRequest(method: "PUT", pathAndQuery: "/echo/upload"), upload: upload))
+                results.append(await Exchanged.run(client, UpstreamRequest(method: "PUT", pathAndQuery: "/echo/upload"), upload: upload))
             }
             return results
         }
@@ -555,10 +512,10 @@ final class LoopHTTPClientTests: XCTestCase {
             connection.waitForClose()
         }
         let client = try client("http://localhost:\(server.port)")
-        let loop = Unchecked(self.loop!)
-        let texts = try onLoop { () -> [String] in
+        let carried = Unchecked(self.loop!)
+        let texts = try self.loop.waitForTask { () -> [String] in
             await withTaskGroup(of: String.self) { group in
-                for _ in 0..<20 { group.addTask(executorPreference: loop.value) { await Self.exchange(client, Self.get("/")).text } }
+                for _ in 0..<20 { group.addTask(executorPreference: carried.value) { await Exchanged.run(client, Self.get("/")).text } }
                 var texts: [String] = []
                 for await text in group { texts.append(text) }
                 return texts
@@ -566,21 +523,21 @@ final class LoopHTTPClientTests: XCTestCase {
         }
         XCTAssertEqual(texts, Array(repeating: "ok", count: 20))
         XCTAssertEqual(server.requests.count, 20, "twenty connections")
-        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, 1)
+        XCTAssertEqual(try self.loop.waitForTask { carried.value.resolvedNameCount }, 1)
         let closed = try self.client("http://localhost:\(try Self.closedPort())")
         XCTAssertEqual(try run(closed, Self.get("/")).first?.error?.reasonCode, "upstream_unavailable")
-        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, 1, "the name with nothing listening is not kept")
+        XCTAssertEqual(try self.loop.waitForTask { carried.value.resolvedNameCount }, 1, "the name with nothing listening is not kept")
     }
 
     /// Connects waiting on one lookup all hear its failure (RFC 6761: ".invalid" never resolves), and nothing
     /// is kept. A resolver that does not answer within the connect timeout makes it a timeout instead.
     func testConnectsWaitingOnALookupThatFailsAllFail() throws {
         let client = try client("http://gateway-test.invalid:8080", connectMs: 3000)
-        let loop = Unchecked(self.loop!)
-        let before = try onLoop { loop.value.resolvedNameCount }
-        let reasons = try onLoop { () -> [String] in
+        let carried = Unchecked(self.loop!)
+        let before = try self.loop.waitForTask { carried.value.resolvedNameCount }
+        let reasons = try self.loop.waitForTask { () -> [String] in
             await withTaskGroup(of: String.self) { group in
-                for _ in 0..<3 { group.addTask(executorPreference: loop.value) { await Self.exchange(client, Self.get("/")).error?.reasonCode ?? "none" } }
+                for _ in 0..<3 { group.addTask(executorPreference: carried.value) { await Exchanged.run(client, Self.get("/")).error?.reasonCode ?? "none" } }
                 var reasons: [String] = []
                 for await reason in group { reasons.append(reason) }
                 return reasons
@@ -589,7 +546,7 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(reasons.count, 3)
         XCTAssertEqual(Set(reasons).count, 1, "\(reasons)")
         XCTAssertTrue(["upstream_unavailable", "upstream_timeout"].contains(reasons[0]), "\(reasons)")
-        XCTAssertEqual(try onLoop { loop.value.resolvedNameCount }, before)
+        XCTAssertEqual(try self.loop.waitForTask { carried.value.resolvedNameCount }, before)
     }
 
     /// A loopback port nothing listens on (bound, then closed).
@@ -629,7 +586,7 @@ final class LoopHTTPClientTests: XCTestCase {
         }
         let client = try client(server.baseURL)
         let loop: EventLoop = self.loop
-        let results = try onLoop { () -> [Exchanged] in
+        let results = try loop.waitForTask { () -> [Exchanged] in
             var cancelled = Exchanged()
             if let multi = try? LoopMulti.current(), let stream = try? await client.open(Self.get("/stream"), on: multi) {
                 cancelled.status = stream.status
@@ -638,7 +595,7 @@ final class LoopHTTPClientTests: XCTestCase {
             let upload = UpstreamUpload(length: 10)
             _ = Array("part".utf8).withUnsafeBytes { upload.write($0) }
             loop.executeOnLoop { upload.abort() }
-            return [cancelled, await Self.exchange(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload)]
+            return [cancelled, await Exchanged.run(client, UpstreamRequest(method: "POST", pathAndQuery: "/upload"), upload: upload)]
         }
         XCTAssertEqual(results[0].status, 200)
         XCTAssertEqual(closed.wait(timeout: .now() + 5), .success, "the cancelled exchange's connection was closed")

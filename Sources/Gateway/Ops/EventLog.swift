@@ -125,22 +125,20 @@ public final class EventLog: Sendable {
         gmtime_r(&seconds, &parts)
         // Written into place in a template ("0000-00-00T00:00:00.000Z"): appending byte by byte cost twice as much.
         var text = Self.timestampTemplate
-        text.withUnsafeMutableBufferPointer { text in
-            func digits(_ value: Int, width: Int, at end: Int) {
-                var value = value
-                for index in stride(from: end - 1, through: end - width, by: -1) {
-                    text[index] = UInt8(ascii: "0") + UInt8(value % 10)
-                    value /= 10
-                }
+        func digits(_ value: Int, width: Int, at end: Int) {
+            var value = value
+            for index in stride(from: end - 1, through: end - width, by: -1) {
+                text[index] = UInt8(ascii: "0") + UInt8(value % 10)
+                value /= 10
             }
-            digits(Int(parts.tm_year) + 1900, width: 4, at: 4)
-            digits(Int(parts.tm_mon) + 1, width: 2, at: 7)
-            digits(Int(parts.tm_mday), width: 2, at: 10)
-            digits(Int(parts.tm_hour), width: 2, at: 13)
-            digits(Int(parts.tm_min), width: 2, at: 16)
-            digits(Int(parts.tm_sec), width: 2, at: 19)
-            digits(milliseconds, width: 3, at: 23)
         }
+        digits(Int(parts.tm_year) + 1900, width: 4, at: 4)
+        digits(Int(parts.tm_mon) + 1, width: 2, at: 7)
+        digits(Int(parts.tm_mday), width: 2, at: 10)
+        digits(Int(parts.tm_hour), width: 2, at: 13)
+        digits(Int(parts.tm_min), width: 2, at: 16)
+        digits(Int(parts.tm_sec), width: 2, at: 19)
+        digits(milliseconds, width: 3, at: 23)
         return text
     }
 

@@ -30,7 +30,7 @@ struct JSONLine {
     mutating func number(_ key: StaticString, _ value: Double) {
         self.key(key)
         let thousandths = (value * 1000).rounded()
-        guard thousandths >= 0, thousandths < 1e15 else {
+        guard thousandths.sign == .plus, thousandths < 1e15 else {  // -0.0 too prints its sign
             let rounded = thousandths / 1000
             bytes.append(contentsOf: (rounded.isFinite ? String(rounded) : "null").utf8)
             return
@@ -38,22 +38,16 @@ struct JSONLine {
         let whole = Int(thousandths)
         digits(whole / 1000)
         bytes.append(UInt8(ascii: "."))
-        var fraction = whole % 1000, width = 3
-        if fraction == 0 { width = 1 }
+        var fraction = whole % 1000, width = 3  // trailing zeros dropped, one digit kept
         while width > 1 && fraction % 10 == 0 { fraction /= 10; width -= 1 }
-        var divisor = 1
-        for _ in 1..<width { divisor *= 10 }
-        while divisor > 0 {
-            bytes.append(UInt8(ascii: "0") + UInt8(fraction / divisor % 10))
-            divisor /= 10
-        }
+        digits(fraction, width: width)
     }
 
-    /// The magnitude's decimal digits.
-    private mutating func digits(_ value: Int) {
+    /// The magnitude's decimal digits, zero-padded to `width`.
+    private mutating func digits(_ value: Int, width: Int = 1) {
         let magnitude = value.magnitude
-        var divisor: UInt = 1
-        while magnitude / divisor >= 10 { divisor *= 10 }
+        var divisor: UInt = 1, places = 1
+        while magnitude / divisor >= 10 || places < width { divisor *= 10; places += 1 }
         while divisor > 0 {
             bytes.append(UInt8(ascii: "0") + UInt8(magnitude / divisor % 10))
             divisor /= 10
