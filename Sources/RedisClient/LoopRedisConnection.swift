@@ -183,8 +183,19 @@ final class LoopRedisConnection: TCPConnectionDelegate {
         if head == waiting.count {
             waiting.removeAll(keepingCapacity: true)
             head = 0
+        } else if head >= Self.answeredKept {
+            // A connection that always has a command in flight (one sent from another's reply) never empties
+            // the queue: without this the answered entries, and what their callbacks hold, would pile up.
+            waiting.removeFirst(head)
+            head = 0
         }
     }
+
+    /// Answered entries left at the front of `waiting` before they are dropped.
+    static let answeredKept = 1024
+
+    /// Entries in the reply queue, answered ones included (tests: it stays bounded).
+    var queueLength: Int { waiting.count }
 
     func readEnded(error: LoopError?) {
         close(.unavailable("Redis at \(address) closed the connection" + (error.map { ": \($0)" } ?? "")))
