@@ -74,12 +74,18 @@ final class RedisSentinelClientTests: XCTestCase {
         let redis = Redis(options: RedisOptions(topology: .sentinel(sentinels: sentinels, masterName: RedisTestSentinel.masterName),
                                                 timeoutMs: 300))
         let run = "switch:\(UUID().uuidString.prefix(8))"
+        let old = try setup.primary()
         XCTAssertTrue(Self.set(redis, "\(run):first"), "connected to the primary before the failover")
         // Another loop's router, idle through the failover: told by the busy one, it closes its connection too.
         let idleLoop = try EventLoop(name: "idle-router")
         idleLoop.start()
         defer { idleLoop.stop() }
         XCTAssertTrue(Self.set(redis, "\(run):idle", on: idleLoop))
+        // Replication is asynchronous: what the last check below claims holds only once the replica has them.
+        let replica = try XCTUnwrap(setup.servers.first { $0 !== old })
+        try waitUntil(timeout: 5, "the replica to have the writes made before the failover") {
+            try replica.query("EXISTS", "\(run):first", "\(run):idle") == "2"
+        }
         let subscription = try XCTUnwrap(Self.subscribe(redis, run))
 
         // One write every 150 ms, with when it was acknowledged (nil: it failed, 503 in the gateway).
@@ -92,7 +98,6 @@ final class RedisSentinelClientTests: XCTestCase {
         defer { traffic.stop(within: 10) }
 
         usleep(500_000)
-        let old = try setup.primary()
         let failoverAt = try setup.startFailover(by: setup.sentinels[0])
         let (promoted, announcedAt) = try setup.waitForAnnouncement(by: setup.sentinels[0], replacing: old)
         Thread.sleep(until: announcedAt.addingTimeInterval(Self.switchBound))
@@ -115,6 +120,8 @@ final class RedisSentinelClientTests: XCTestCase {
                        + "the sentinels named the new one are lost (the last \(String(format: "%.2f", window)) s after)")
         let afterSwitch = all.filter { ($0.acknowledgedAt ?? .distantPast) > announcedAt.addingTimeInterval(Self.switchBound) }
         XCTAssertGreaterThan(afterSwitch.count, 30, "writes kept being acknowledged, on the new primary")
-        XCTAssertTrue(kept.contains("\(run):first"), "a write made before the failover was replicated and kept")
+        XCTAssertTrue(kept.contains("\(run):first"), "a write made before the failover was replicated and kept; "
+                      + "acknowledged and lost at \(lost.map { String(format: "%.2f", $0.timeIntervalSince(failoverAt)) }) s after the "
+                      + "failover command\n\(setup.diagnostics())")
     }
 }

@@ -104,9 +104,12 @@ public final class RedisNode: @unchecked Sendable {
         return fields
     }
 
-    public var logTail: String {
+    public var logTail: String { logTail(lines: 5) }
+
+    /// The last `lines` lines of its log file, for a failure message.
+    public func logTail(lines: Int) -> String {
         let text = (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").suffix(5).joined(separator: "\n")
+        return text.split(separator: "\n").suffix(lines).joined(separator: "\n")
     }
 
     /// Starts a node on a random free port (and, for Cluster nodes, a free bus port at +10000), retrying elsewhere.

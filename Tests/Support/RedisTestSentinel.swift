@@ -163,6 +163,15 @@ public final class RedisTestSentinel: @unchecked Sendable {
         throw TestSupportError("\(sentinel.address) still names \(old.address) after \(timeout) s")
     }
 
+    /// Every server's and sentinel's role line and log tail: what a failed failover test prints to be understood.
+    public func diagnostics(lines: Int = 25) -> String {
+        (servers + sentinels).map { node in
+            let replication = servers.contains { $0 === node } ? try? node.info("replication") : nil
+            let state = !node.isRunning ? "stopped" : replication.map { "role=\($0["role"] ?? "?") offset=\($0["master_repl_offset"] ?? "?")" } ?? "sentinel"
+            return "--- \(node.address) \(state)\n\(node.logTail(lines: lines))"
+        }.joined(separator: "\n")
+    }
+
     /// Restarts crashed servers as replicas of the current primary (the sentinels would convert a returning
     /// old primary too, but only after about 8 s) and waits until settled.
     public func restore(timeout: TimeInterval = 30) throws {
