@@ -47,7 +47,7 @@ final class RedisScaleOutTests: XCTestCase {
         XCTAssertEqual(try env.admin("/readyz").status, 200)
 
         let victimSlot = try slot(of: apps[0], in: cluster)
-        _ = try cluster.owner(ofSlot: victimSlot).query("WAIT", "1", "2000")  // the replica has every record
+        try cluster.owner(ofSlot: victimSlot).waitForReplicas()  // the replica has every record
         let crashed = try cluster.crashPrimary(servingSlot: victimSlot)
         defer { XCTAssertNoThrow(try cluster.restore()) }
         let during = try apps[0].send(apps[0].signed("GET", "/secure/feed"))

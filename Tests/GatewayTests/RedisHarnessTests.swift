@@ -71,7 +71,7 @@ final class RedisClusterHarnessTests: XCTestCase {
         let slot = try cluster.slot(ofKey: key)
         let owner = try cluster.owner(ofSlot: slot)
         XCTAssertEqual(try owner.query("SET", key, "kept"), "OK")
-        XCTAssertEqual(try owner.query("WAIT", "1", "2000"), "1", "the replica has the key")
+        try owner.waitForReplicas()
         let crashed = try cluster.crashPrimary(servingSlot: slot)
         XCTAssertFalse(crashed.isRunning)
         let started = Date()
@@ -97,7 +97,7 @@ final class RedisSentinelHarnessTests: XCTestCase {
         }
         let key = "aag:{sentinel-\(UUID().uuidString)}:k"
         XCTAssertEqual(try old.query("SET", key, "kept"), "OK")
-        XCTAssertEqual(try old.query("WAIT", "1", "2000"), "1")
+        try old.waitForReplicas()
         let replica = try XCTUnwrap(setup.servers.first { $0 !== old })
         XCTAssertEqual(try replica.info("replication")["role"], "slave")
 

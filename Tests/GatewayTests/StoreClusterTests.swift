@@ -125,7 +125,7 @@ final class StoreClusterTests: XCTestCase {
         let owners = try slots.map { try cluster.owner(ofSlot: $0).port }
         let victim = try cluster.owner(ofSlot: slots[0])
         // Replicated before the crash, so the promoted replica has the records.
-        _ = try victim.query("WAIT", "1", "2000")
+        try victim.waitForReplicas()
         let crashed = try cluster.crashPrimary(servingSlot: slots[0])
         defer { XCTAssertNoThrow(try cluster.restore()) }
 
@@ -156,7 +156,7 @@ final class StoreClusterTests: XCTestCase {
         let subscription = try store.subscribeToRevocations()
         let node = try XCTUnwrap(cluster.nodes.first { $0.port == subscription.address.port })
         let servedSlot = try XCTUnwrap(try cluster.clusterNodes().first { $0.address == node.address }?.slots.first?.lowerBound)
-        _ = try node.query("WAIT", "1", "2000")
+        try node.waitForReplicas()
         node.crash()
         defer {
             // Restarted only once its replica took over (a primary back within the node timeout confuses the Cluster).

@@ -83,8 +83,12 @@ final class RedisSentinelClientTests: XCTestCase {
         XCTAssertTrue(Self.set(redis, "\(run):idle", on: idleLoop))
         // Replication is asynchronous: what the last check below claims holds only once the replica has them.
         let replica = try XCTUnwrap(setup.servers.first { $0 !== old })
-        try waitUntil(timeout: 5, "the replica to have the writes made before the failover") {
-            try replica.query("EXISTS", "\(run):first", "\(run):idle") == "2"
+        do {
+            try waitUntil(timeout: 5, "the replica to have the writes made before the failover") {
+                try replica.query("EXISTS", "\(run):first", "\(run):idle") == "2"
+            }
+        } catch {
+            return XCTFail("\(error)\n\(setup.diagnostics())")
         }
         let subscription = try XCTUnwrap(Self.subscribe(redis, run))
 

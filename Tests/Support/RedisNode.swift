@@ -89,6 +89,19 @@ public final class RedisNode: @unchecked Sendable {
         return text
     }
 
+    /// Waits until `replicas` of this primary's replicas have acknowledged everything it has taken so far,
+    /// by replication offset. (WAIT sent by redis-cli would not: it waits only for its own connection's writes,
+    /// and a new connection has none, so it returns at once.)
+    public func waitForReplicas(_ replicas: Int = 1, timeout: TimeInterval = 5) throws {
+        let offset = try info("replication")["master_repl_offset"].flatMap(Int.init)
+        guard let offset else { throw TestSupportError("\(address) reports no master_repl_offset") }
+        try waitUntil(timeout: timeout, "\(replicas) replica(s) of \(address) to reach offset \(offset)") {
+            let acknowledged = try info("replication").filter { $0.key.hasPrefix("slave") && $0.key.dropFirst(5).allSatisfy(\.isNumber) }
+                .compactMap { $0.value.split(separator: ",").first { $0.hasPrefix("offset=") }.flatMap { Int($0.dropFirst(7)) } }
+            return acknowledged.filter { $0 >= offset }.count >= replicas
+        }
+    }
+
     /// `INFO section` as key → value.
     public func info(_ section: String) throws -> [String: String] { try fields("INFO", section) }
 
