@@ -98,6 +98,9 @@ public final class RedisTestSentinel: @unchecked Sendable {
     }
 
     /// Every sentinel knows the other two and the replica, and the replica is in sync with the primary.
+    /// The replica is asked too: after a full sync the primary reports it `online` as soon as the snapshot is
+    /// sent, while the replica may still be writing it to disk and loading it (seconds on a busy disk); what
+    /// the primary takes meanwhile waits in its buffer, and a failover then would lose it.
     public func isSettled() throws -> Bool {
         let primary = try primary()
         let sentinelsAgree = try sentinels.allSatisfy { sentinel in
@@ -106,7 +109,12 @@ public final class RedisTestSentinel: @unchecked Sendable {
                 && fields["master0"]?.contains("slaves=1") == true
         }
         let replication = try primary.info("replication")
-        return sentinelsAgree && replication["connected_slaves"] == "1" && replication["slave0"]?.contains("state=online") == true
+        let replicasStreaming = try servers.filter { $0 !== primary }.allSatisfy { replica in
+            let fields = try replica.info("replication")
+            return fields["master_link_status"] == "up" && fields["master_sync_in_progress"] == "0"
+        }
+        return sentinelsAgree && replicasStreaming && replication["connected_slaves"] == "1"
+            && replication["slave0"]?.contains("state=online") == true
     }
 
     public func waitUntilSettled(timeout: TimeInterval = 30) throws {
