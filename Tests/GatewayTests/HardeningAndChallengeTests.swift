@@ -88,7 +88,7 @@ final class HardeningAndChallengeTests: XCTestCase {
         let directory = TestPaths.temporaryDirectory("secret")
         func config(_ content: String?) -> String {
             let path = directory + "/secret-\(UUID().uuidString)"
-            if let content { FileManager.default.createFile(atPath: path, contents: Data(content.utf8)) }
+            if let content { _ = FileManager.default.createFile(atPath: path, contents: Data(content.utf8)) }
             return """
                 app_attest: { apps: ["ABCDE12345.com.example.app"], challenge_secret_file: "\(path)" }
                 upstreams: { api: { url: "http://127.0.0.1:9000" } }

@@ -79,7 +79,7 @@ struct JSONLine {
     private mutating func quoted(_ text: String) {
         // Most values are native strings with their bytes at hand, and need no escape: copied whole
         // (byte-by-byte appends were 5 % of a request).
-        let copied = text.utf8.withContiguousStorageIfAvailable { quoted(utf8: $0) }
+        let copied: Void? = text.utf8.withContiguousStorageIfAvailable { quoted(utf8: $0) }
         if copied == nil { quoted(utf8: Array(text.utf8)) }
     }
 
