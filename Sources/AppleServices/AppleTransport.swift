@@ -98,6 +98,9 @@ final class AppleTransport: Sendable {
 
     /// Documented answers are small (a receipt is ~5 KB in base64).
     static let maxResponseBytes = 256 * 1024
+    /// Calls to Apple are sparse and a new TLS connection costs a round trip or two; a connection Apple closed
+    /// under a call costs only one of its attempts. curl's own default is 118 s.
+    static let keepAliveMs = 60_000
 
     private let client: UpstreamClient
     private let jwt: AppleJWT
@@ -107,7 +110,7 @@ final class AppleTransport: Sendable {
         do throws(UpstreamError) {
             client = UpstreamClient(target: try UpstreamTarget(
                 baseURL: baseURL, connectTimeoutMs: options.connectTimeoutMs, timeoutMs: options.timeoutMs,
-                maxIdleConnections: 4))
+                maxIdleConnections: 4, keepAliveMs: Self.keepAliveMs))
         } catch {
             throw .invalidConfiguration("Apple base URL or timeouts: \(error)")
         }

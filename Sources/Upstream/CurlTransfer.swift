@@ -145,12 +145,19 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
             try set(CURLOPT_TIMEOUT_MS, timeouts.totalMs)  // 0: none
             configuredTimeouts = timeouts
         }
+        // curl counts a connection's idle age in whole seconds (and reads no Keep-Alive hint).
+        let maxIdleSeconds = max(1, target.keepAliveMs / 1000)
+        if maxIdleSeconds != configuredMaxIdleSeconds {
+            try set(CURLOPT_MAXAGE_CONN, maxIdleSeconds)
+            configuredMaxIdleSeconds = maxIdleSeconds
+        }
         try configureMessage(request)
     }
 
     /// The options every exchange of this handle shares are set.
     private var configured = false
     private var configuredTimeouts: UpstreamTimeouts?
+    private var configuredMaxIdleSeconds = 0
     /// The last exchange was not a plain GET (HEAD, a body, another method): the next one undoes that.
     private var messageOptionsSet = false
 

@@ -241,7 +241,7 @@ extension UpstreamClient {
         let timeouts = timeouts ?? target.timeouts
         if let endpoint = target.plainHTTP {
             return try await PlainHTTPExchange.open(request, endpoint: endpoint, pool: multi.plainHTTP, timeouts: timeouts, upload: upload,
-                                                    maxIdle: target.maxIdleConnections)
+                                                    maxIdle: target.maxIdleConnections, keepAliveMs: target.keepAliveMs)
         }
         let transfer = try multi.checkOut()
         try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,

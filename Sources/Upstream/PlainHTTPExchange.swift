@@ -17,6 +17,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private let upload: UpstreamUpload?
     private let framing: BodyFraming
     private let maxIdle: Int
+    private let keepAliveMs: Int
     private let watchdog: Watchdog
     private var phase = Phase.connecting
     private var clock = Clock.connect
@@ -60,13 +61,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     static let pendingLimit = 64 * 1024
 
     init(request: UpstreamRequest, endpoint: PlainHTTPEndpoint, pool: PlainHTTPPool, timeouts: UpstreamTimeouts,
-         upload: UpstreamUpload?, maxIdle: Int) {
+         upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int) {
         self.request = request
         self.endpoint = endpoint
         self.pool = pool
         self.timeouts = timeouts
         self.upload = upload
         self.maxIdle = maxIdle
+        self.keepAliveMs = keepAliveMs
         framing = request.framing(upload: upload)
         watchdog = pool.takeWatchdog()
         if timeouts.totalMs > 0 { totalDeadlineNs = startNs + UInt64(timeouts.totalMs) * 1_000_000 }
@@ -82,9 +84,9 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     /// Sends the request (call on the pool's loop) and waits for the final response head.
     static func open(_ request: UpstreamRequest, endpoint: PlainHTTPEndpoint, pool: PlainHTTPPool, timeouts: UpstreamTimeouts,
-                     upload: UpstreamUpload?, maxIdle: Int) async throws(UpstreamError) -> UpstreamStream {
+                     upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int) async throws(UpstreamError) -> UpstreamStream {
         let exchange = PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
-                                         maxIdle: maxIdle)
+                                         maxIdle: maxIdle, keepAliveMs: keepAliveMs)
         let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) in
             exchange.start { continuation.resume(returning: Unchecked($0)) }
         }
@@ -297,7 +299,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
             && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
-        if reusable { pool.put(connection, limit: maxIdle) } else { connection.close() }
+        let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, fields: fields) : 0
+        if keepFor > 0 { pool.put(connection, limit: maxIdle, keepForMs: keepFor) } else { connection.close() }
         outcome = .some(nil)
         finishIfDone()
     }

@@ -22,6 +22,8 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     private var inValue = false
     /// Field bytes of the response being read (its limit is the exchange's to enforce).
     private(set) var headBytes = 0
+    /// While idle: when it stops being reused (the loop's clock, ms).
+    fileprivate var reusableUntilMs: UInt64 = 0
 
     init(_ tcp: TCPConnection, key: String, port: Int) {
         self.tcp = tcp
@@ -109,15 +111,21 @@ final class PlainHTTPPool {
         scratch.reserveCapacity(4096)
     }
 
+    /// The most recently used idle connection still within its keep-alive time; older ones met on the way
+    /// are closed (the upstream may be closing them right now).
     func take(_ key: String) -> PlainHTTPConnection? {
-        guard let slot = idle.firstIndex(where: { $0.key == key }), let connection = idle[slot].connections.popLast() else { return nil }
-        idleCount -= 1
-        connection.pool = nil
-        return connection
+        guard let slot = idle.firstIndex(where: { $0.key == key }) else { return nil }
+        while let connection = idle[slot].connections.popLast() {
+            idleCount -= 1
+            connection.pool = nil
+            if connection.reusableUntilMs > loop.nowMs { return connection }
+            connection.close()
+        }
+        return nil
     }
 
-    /// After a clean exchange with keep-alive semantics: kept if there is room, else closed.
-    func put(_ connection: PlainHTTPConnection, limit: Int) {
+    /// After a clean exchange with keep-alive semantics: kept for `keepForMs` if there is room, else closed.
+    func put(_ connection: PlainHTTPConnection, limit: Int, keepForMs: Int) {
         let slot = idle.firstIndex { $0.key == connection.key } ?? {
             idle.append((connection.key, []))
             return idle.count - 1
@@ -125,6 +133,7 @@ final class PlainHTTPPool {
         guard idleCount < capacity, idle[slot].connections.count < limit, !connection.tcp.isClosed else {
             return connection.close()
         }
+        connection.reusableUntilMs = loop.nowMs + UInt64(keepForMs)
         idle[slot].connections.append(connection)
         idleCount += 1
         connection.pool = self

@@ -10,29 +10,39 @@ public struct UpstreamTarget: Sendable, Equatable {
     /// Idle kept-alive connections held for reuse; more concurrent requests still work, but their
     /// connections are closed afterwards.
     public let maxIdleConnections: Int
+    /// How long an idle kept-alive connection may wait for reuse; an upstream's `Keep-Alive: timeout=N`
+    /// shortens it (loops' own client). Below the keep-alive timeout of common servers (Node and uvicorn
+    /// 5 s, Apache 5 s), so the gateway lets a connection go before the upstream closes it under a request:
+    /// that race costs a POST a 502, since it is never sent twice.
+    public let keepAliveMs: Int
+    public static let defaultKeepAliveMs = 4000
     /// The base URL taken apart for the loops' own HTTP/1.1 client; nil for `https://` (curl's). Settable
     /// inside the module so tests can drive curl's loop path against a plain loopback server.
     var plainHTTP: PlainHTTPEndpoint?
 
     /// A total limit that also bounds the first byte and every silence (Apple's APIs, the CLI).
     public init(
-        baseURL: String, connectTimeoutMs: Int, timeoutMs: Int, maxIdleConnections: Int = 64
+        baseURL: String, connectTimeoutMs: Int, timeoutMs: Int, maxIdleConnections: Int = 64,
+        keepAliveMs: Int = UpstreamTarget.defaultKeepAliveMs
     ) throws(UpstreamError) {
         guard timeoutMs > 0 else { throw .invalidTarget("the total timeout must be positive, got \(timeoutMs) ms") }
         try self.init(baseURL: baseURL, timeouts: UpstreamTimeouts(connectMs: connectTimeoutMs, firstByteMs: timeoutMs,
                                                                    idleMs: timeoutMs, totalMs: timeoutMs),
-                      maxIdleConnections: maxIdleConnections)
+                      maxIdleConnections: maxIdleConnections, keepAliveMs: keepAliveMs)
     }
 
-    public init(baseURL: String, timeouts: UpstreamTimeouts, maxIdleConnections: Int = 64) throws(UpstreamError) {
+    public init(baseURL: String, timeouts: UpstreamTimeouts, maxIdleConnections: Int = 64,
+                keepAliveMs: Int = UpstreamTarget.defaultKeepAliveMs) throws(UpstreamError) {
         try timeouts.validate()
         guard maxIdleConnections >= 0 else {
             throw .invalidTarget("maxIdleConnections must not be negative")
         }
+        guard keepAliveMs > 0 else { throw .invalidTarget("keepAliveMs must be positive, got \(keepAliveMs)") }
         self.baseURL = try Self.validated(baseURL)
         plainHTTP = PlainHTTPEndpoint(baseURL: self.baseURL)
         self.timeouts = timeouts
         self.maxIdleConnections = maxIdleConnections
+        self.keepAliveMs = keepAliveMs
     }
 
     /// Requests append their path to the base URL, so it must not carry a query, fragment or spaces.

@@ -69,7 +69,7 @@ final class ConfigTests: XCTestCase {
             log: { level: debug }
             upstreams:
               api: { url: "https://api.internal:8443/base/", connect_timeout_ms: 500, timeout_ms: 30000,
-                     host_header: preserve, max_idle_connections: 8 }
+                     host_header: preserve, max_idle_connections: 8, keepalive_timeout_ms: 1500 }
               plain: { url: "http://127.0.0.1" }
             routes:
               - { path_prefix: "/v1/ai/", methods: [POST], upstream: api, policy: assert, mode: report,
@@ -97,10 +97,11 @@ final class ConfigTests: XCTestCase {
 
         let api = try XCTUnwrap(config.upstream(named: "api"))
         XCTAssertEqual([api.scheme, api.host, "\(api.port)", api.basePath], ["https", "api.internal", "8443", "/base"])
-        XCTAssertEqual([api.connectTimeoutMs, api.timeoutMs, api.maxIdleConnections], [500, 30000, 8])
+        XCTAssertEqual([api.connectTimeoutMs, api.timeoutMs, api.maxIdleConnections, api.keepAliveTimeoutMs], [500, 30000, 8, 1500])
         XCTAssertEqual(api.hostHeader, .preserve)
         let plain = try XCTUnwrap(config.upstream(named: "plain"))
         XCTAssertEqual([plain.host, "\(plain.port)", plain.basePath], ["127.0.0.1", "80", ""])
+        XCTAssertEqual(plain.keepAliveTimeoutMs, 4000, "the default, below common servers' 5 s")
         XCTAssertEqual(config.upstreams.map(\.name), ["api", "plain"])
 
         XCTAssertEqual(config.routes, [

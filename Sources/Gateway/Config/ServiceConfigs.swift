@@ -124,6 +124,8 @@ public struct UpstreamConfig: Sendable, Equatable {
         UpstreamTimeouts(connectMs: connectTimeoutMs, firstByteMs: firstByteTimeoutMs, idleMs: idleTimeoutMs, totalMs: timeoutMs)
     }
     public let maxIdleConnections: Int
+    /// How long an idle kept-alive connection may wait for reuse (the upstream's `Keep-Alive: timeout` may shorten it).
+    public let keepAliveTimeoutMs: Int
 
     /// The valid upstreams, and every name declared (so routes naming a broken upstream are not reported twice).
     static func readAll(_ value: ConfigValue?) -> (upstreams: [UpstreamConfig], names: Set<String>) {
@@ -149,6 +151,7 @@ public struct UpstreamConfig: Sendable, Equatable {
         let timeout = section.int("timeout_ms", default: 0, in: totalRange)
         let hostHeader = section.choice("host_header", default: HostHeader.upstream)
         let maxIdle = section.int("max_idle_connections", default: 64, in: 0...10_000)
+        let keepAlive = section.int("keepalive_timeout_ms", default: UpstreamTarget.defaultKeepAliveMs, in: phaseRange)
         guard let urlValue, let url else { return nil }
         let parsed: ServiceURL
         do {
@@ -166,7 +169,7 @@ public struct UpstreamConfig: Sendable, Equatable {
                               port: parsed.port ?? (parsed.scheme == "https" ? 443 : 80), basePath: basePath,
                               connectTimeoutMs: connectTimeout, firstByteTimeoutMs: firstByte, idleTimeoutMs: idle,
                               timeoutMs: timeout, hostHeader: hostHeader,
-                              maxIdleConnections: maxIdle)
+                              maxIdleConnections: maxIdle, keepAliveTimeoutMs: keepAlive)
     }
 }
 

@@ -52,7 +52,7 @@ public final class GatewayRuntime: Sendable {
         var upstreams: [String: UpstreamBinding] = [:]
         for upstream in config.upstreams {
             let target = try UpstreamTarget(baseURL: upstream.url, timeouts: upstream.timeouts,
-                                            maxIdleConnections: upstream.maxIdleConnections)
+                                            maxIdleConnections: upstream.maxIdleConnections, keepAliveMs: upstream.keepAliveTimeoutMs)
             let client = previous?.upstreams[upstream.name].flatMap { $0.client.target == target ? $0.client : nil }
                 ?? UpstreamClient(target: target)
             upstreams[upstream.name] = UpstreamBinding(name: upstream.name, client: client, preserveHost: upstream.hostHeader == .preserve)

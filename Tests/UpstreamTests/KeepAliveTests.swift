@@ -1,0 +1,81 @@
+import EventLoop
+import Foundation
+@testable import Upstream
+import XCTest
+
+/// How long an idle kept-alive upstream connection is reused: `keepAliveMs`, shortened by the upstream's
+/// `Keep-Alive: timeout=N`, so the gateway lets a connection go before the upstream closes it under a request.
+/// Each answer's body is the number of the connection that gave it.
+final class KeepAliveTests: XCTestCase {
+    private var loop: EventLoop!
+
+    override func setUpWithError() throws {
+        loop = try EventLoop(name: "keepalive-test")
+        loop.start()
+    }
+
+    override func tearDown() {
+        loop.stop()
+    }
+
+    /// Answers every request on a connection until the client closes it, with `Keep-Alive: <hint>` if given.
+    private static func upstream(hint: String? = nil) throws -> ScriptedUpstream {
+        try ScriptedUpstream { connection in
+            while connection.readHead() != nil {
+                let field = hint.map { "Keep-Alive: \($0)\r\n" } ?? ""
+                connection.send("HTTP/1.1 200 OK\r\n\(field)Content-Length: 1\r\n\r\n\(connection.number)")
+            }
+        }
+    }
+
+    private static func client(_ server: ScriptedUpstream, keepAliveMs: Int, curl: Bool = false) throws -> UpstreamClient {
+        var target = try UpstreamTarget(baseURL: server.baseURL, timeouts: UpstreamTimeouts(connectMs: 2000, firstByteMs: 5000,
+                                                                                           idleMs: 5000, totalMs: 0),
+                                        keepAliveMs: keepAliveMs)
+        if curl { target.plainHTTP = nil }  // the path https:// targets take
+        return UpstreamClient(target: target)
+    }
+
+    /// One GET after each pause (seconds), on the loop: the answering connection's number, or the failure.
+    private func answers(_ client: UpstreamClient, after pauses: [TimeInterval]) throws -> [String] {
+        try pauses.map { pause in
+            Thread.sleep(forTimeInterval: pause)
+            return try loop.waitForTask { await Exchanged.run(client, UpstreamRequest(method: "GET", pathAndQuery: "/")).outcome }
+        }
+    }
+
+    func testAnIdleConnectionIsReusedWithinTheKeepaliveTimeoutAndNotAfter() throws {
+        let server = try Self.upstream()
+        XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 400), after: [0, 0.05, 0.7, 0.05]), ["1", "1", "2", "2"])
+        XCTAssertEqual(server.connections, 2)
+    }
+
+    /// `timeout=2`: kept 1 s (a second early), though the gateway's own limit is 4 s.
+    func testTheUpstreamsKeepAliveTimeoutShortensIt() throws {
+        let server = try Self.upstream(hint: "timeout=2, max=100")
+        XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 4000), after: [0, 0.1, 1.3]), ["1", "1", "2"])
+    }
+
+    func testAKeepAliveTimeoutOfOneSecondKeepsNothing() throws {
+        let server = try Self.upstream(hint: "timeout=1")
+        XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 4000), after: [0, 0]), ["1", "2"])
+    }
+
+    /// curl counts idle time in whole seconds: 1 s allows reuse up to just under 2 s idle.
+    func testCurlReusesWithinTheKeepaliveTimeoutAndNotAfter() throws {
+        let server = try Self.upstream()
+        XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 1000, curl: true), after: [0, 0.1, 2.2]), ["1", "1", "2"])
+    }
+
+    func testTheTimeoutParameterIsReadFromAKeepAliveValue() {
+        XCTAssertEqual(KeepAlive.timeoutSeconds("timeout=5, max=1000"), 5)
+        XCTAssertEqual(KeepAlive.timeoutSeconds("max=1000,Timeout = 7"), 7)
+        XCTAssertNil(KeepAlive.timeoutSeconds("max=5"))
+        XCTAssertNil(KeepAlive.timeoutSeconds("timeout=soon"))
+        XCTAssertNil(KeepAlive.timeoutSeconds("timeout=-1"))
+        XCTAssertNil(KeepAlive.timeoutSeconds("timeout=9999999999"))
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("keep-alive", "timeout=30")]), 4000, "never longer than configured")
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=3")]), 2000)
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=0")]), 0)
+    }
+}
