@@ -104,6 +104,10 @@ final class PlainHTTPPool {
     /// The request head (and a small in-memory body, or a chunk's framing) is assembled here, then written
     /// with one call; TCPConnection copies what it cannot write at once.
     var scratch: [UInt8] = []
+    /// Closes connections idle past their time every second while any are idle (an upstream that never
+    /// closes idle connections would otherwise hold them until the next request to it).
+    private lazy var sweeper = LoopTimer(loop) { [weak self] in self?.sweep() }
+    private var sweeping = false
 
     init(loop: EventLoop, capacity: Int) {
         self.loop = loop
@@ -139,6 +143,27 @@ final class PlainHTTPPool {
         connection.pool = self
         connection.exchange = nil
         connection.tcp.startReading()
+        if !sweeping {
+            sweeping = true
+            sweeper.start(milliseconds: 1000, repeatMs: 1000)
+        }
+    }
+
+    private func sweep() {
+        let now = loop.nowMs
+        for slot in idle.indices {
+            let connections = idle[slot].connections
+            guard connections.contains(where: { $0.reusableUntilMs <= now }) else { continue }
+            idle[slot].connections = connections.filter { $0.reusableUntilMs > now }
+            for connection in connections where connection.reusableUntilMs <= now {
+                idleCount -= 1
+                connection.close()
+            }
+        }
+        if idleCount == 0 {
+            sweeper.stop()
+            sweeping = false
+        }
     }
 
     /// An idle connection stirred: the upstream closed it or spoke out of turn.

@@ -1,3 +1,4 @@
+import Dispatch
 import EventLoop
 import Foundation
 @testable import Upstream
@@ -48,6 +49,20 @@ final class KeepAliveTests: XCTestCase {
         let server = try Self.upstream()
         XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 400), after: [0, 0.05, 0.7, 0.05]), ["1", "1", "2", "2"])
         XCTAssertEqual(server.connections, 2)
+    }
+
+    /// An upstream that never closes idle connections gets them closed once their time is up, without
+    /// another request to reuse or refuse them (its own read timeout here is 10 s).
+    func testAnIdleConnectionPastItsTimeIsClosedWithoutWaitingForTheNextRequest() throws {
+        let closed = DispatchSemaphore(value: 0)
+        let server = try ScriptedUpstream { connection in
+            while connection.readHead() != nil { connection.send("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n\(connection.number)") }
+            closed.signal()
+        }
+        let started = Date()
+        XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 300), after: [0]), ["1"])
+        XCTAssertEqual(closed.wait(timeout: .now() + 5), .success, "the gateway closed the idle connection")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2.5, "within a second of its time")
     }
 
     /// `timeout=2`: kept 1 s (a second early), though the gateway's own limit is 4 s.
