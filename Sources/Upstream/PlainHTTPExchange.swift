@@ -221,8 +221,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             // idempotent request only (RFC 9110 9.2.2; nginx's rule too): the upstream may have read and run a
             // POST before closing, and a purchase must not happen twice. Never a body streamed from the client.
             if reused, !retried, upload == nil, request.isIdempotent { return retry() }
-            return fail(.unavailable(error.map { "the upstream connection failed before a response: \($0)" }
-                ?? "the upstream closed the connection without a response"))
+            // Worded as curl's refusal (CurlResendGuard): what an operator searches the log for.
+            guard reused else {
+                return fail(.unavailable(error.map { "the upstream connection failed before a response: \($0)" }
+                    ?? "the upstream closed the connection without a response"))
+            }
+            return fail(.unavailable("the reused upstream connection closed before a response" + (error.map { " (\($0))" } ?? "")
+                + "; " + (upload == nil ? request.method : "a streamed body") + " is not sent again (the upstream may have run it)"))
         }
         if let error { return fail(.unavailable("the upstream connection failed: \(error)")) }
         switch withExtendedLifetime(connection, { connection.parser.feedEndOfStream() }) {

@@ -194,6 +194,9 @@ final class LoopHTTPClientTests: XCTestCase {
                               UpstreamRequest(method: "POST", pathAndQuery: "/2", body: Array("in memory".utf8)))
         XCTAssertEqual(results[0].text, "first")
         XCTAssertEqual(results[1].error?.reasonCode, "upstream_unavailable")
+        let detail = results[1].error?.description ?? ""
+        XCTAssertTrue(detail.hasPrefix("upstream_unavailable: the reused upstream connection closed before a response")
+                      && detail.hasSuffix("POST is not sent again (the upstream may have run it)"), "the log's detail says why, as curl's: \(detail)")
         XCTAssertEqual(server.requests.map { $0.prefix(8) }, ["GET /1 H", "POST /2 "])
     }
 
