@@ -10,10 +10,13 @@ public final class GatewayProcess: @unchecked Sendable {
     public var adminURL: String { "http://127.0.0.1:\(adminPort)" }
 
     /// `config` receives the listen and admin ports and returns the YAML text; `environment` is added to the gateway's.
-    public init(directory: String, environment: [String: String]? = nil, config: (_ port: Int, _ adminPort: Int) -> String) throws {
+    /// `ports` picks them (free ones; a test of the retry gives a taken one first).
+    public init(directory: String, environment: [String: String]? = nil,
+                ports: () -> (Int, Int) = { (TestPaths.freePort(), TestPaths.freePort()) },
+                config: (_ port: Int, _ adminPort: Int) -> String) throws {
         configPath = directory + "/gateway.yaml"
         for attempt in 1... {
-            let (port, adminPort) = (TestPaths.freePort(), TestPaths.freePort())
+            let (port, adminPort) = ports()
             try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
             let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath],
                                        environment: environment)
@@ -24,7 +27,10 @@ public final class GatewayProcess: @unchecked Sendable {
             let output = process.lines.joined(separator: "\n")
             process.stop()
             // A free port can be taken by another process (tests run beside other suites) before the gateway binds it.
-            guard attempt < 3, output.contains("Address already in use") else { throw TestSupportError("gateway did not start:\n\(output)") }
+            // libuv says "address already in use" (lower case): matched whatever the case.
+            guard attempt < 3, output.lowercased().contains("address already in use") else {
+                throw TestSupportError("gateway did not start:\n\(output)")
+            }
         }
         fatalError("unreachable")
     }
