@@ -362,4 +362,14 @@ extension ConfigTests {
         routes: [{ path: "/x", upstream: api, policy: pass, idle_timeout_ms: 0 }]
         """))
     }
+
+    func testAnUpstreamKeepaliveTimeoutOfZeroIsRefusedWithItsPath() {
+        XCTAssertThrowsError(try GatewayConfig.parse(yaml: """
+        app_attest: { apps: ["ABCDE12345.com.example.app"] }
+        upstreams: { api: { url: "http://127.0.0.1:9", keepalive_timeout_ms: 0 } }
+        routes: [{ path_prefix: "/", upstream: api, policy: pass }]
+        """)) { error in
+            XCTAssertTrue("\(error)".contains("upstreams.api.keepalive_timeout_ms: expected an integer in 1...3600000, got 0"), "\(error)")
+        }
+    }
 }

@@ -92,5 +92,8 @@ final class KeepAliveTests: XCTestCase {
         XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("keep-alive", "timeout=30")]), 4000, "never longer than configured")
         XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=3")]), 2000)
         XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=0")]), 0)
+        XCTAssertThrowsError(try UpstreamTarget(baseURL: "http://127.0.0.1:1", connectTimeoutMs: 100, timeoutMs: 100, keepAliveMs: 0)) { error in
+            XCTAssertEqual((error as? UpstreamError)?.reasonCode, "upstream_invalid_target")
+        }
     }
 }
