@@ -140,7 +140,12 @@ final class RedisScaleOutTests: XCTestCase {
 
         // The old primary returns as a replica: the gateway stays on the new one.
         try setup.restore()
-        for app in apps { XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed")).status, 200) }
+        let statuses = try apps.map { try $0.send($0.signed("GET", "/secure/feed")).status }
+        XCTAssertEqual(statuses, [200, 200, 200])
+        if statuses != [200, 200, 200] {
+            let switches = env.gateway.events.filter { $0["event"] as? String == "redis_primary_changed" }
+            print("after the old primary returned: \(switches)\n\(setup.diagnostics())")
+        }
     }
 }
 

@@ -35,8 +35,11 @@ public final class RedisNode: @unchecked Sendable {
     public func start(timeout: TimeInterval = 10) throws -> Bool {
         let server = Process()
         server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        // Servers of one set-up share a directory: each its own snapshot file, or a restarted one would load the
+        // snapshot another wrote when it last synced as a replica (someone else's data, as of then).
+        let snapshot = configFile == nil ? ["--dbfilename", "dump-\(port).rdb"] : []
         server.arguments = ["redis-server"] + configFileArgument + ["--bind", "127.0.0.1", "--dir", directory, "--logfile", logFile,
-                                                                    "--save", "", "--appendonly", "no"] + arguments
+                                                                    "--save", "", "--appendonly", "no"] + snapshot + arguments
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
         server.standardInput = FileHandle.nullDevice
