@@ -7,17 +7,8 @@ import XCTest
 /// other suites, and loopback clients take ephemeral ports) is retried on other ports, not a failed test.
 final class GatewayProcessTests: XCTestCase {
     func testAListenPortTakenBeforeTheGatewayBindsItIsRetriedElsewhere() throws {
-        let taken = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (taken, takenPort) = TestPaths.listeningSocket(backlog: 1)
         defer { close(taken) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, length) == 0 && listen(taken, 1) == 0 && getsockname(taken, $0, &length) == 0 }
-        }
-        XCTAssertTrue(bound)
-        let takenPort = Int(UInt16(bigEndian: address.sin_port))
         var picks = 0
         let directory = TestPaths.temporaryDirectory("gateway-process")
         let redis = ProcessInfo.processInfo.environment["TEST_REDIS_URL"] ?? "redis://127.0.0.1:1/0"

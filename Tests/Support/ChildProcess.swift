@@ -109,6 +109,22 @@ public enum TestPaths {
         return path
     }
 
+    /// A socket listening on 127.0.0.1 (a free port) with `backlog`, and its port; the caller closes it.
+    public static func listeningSocket(backlog: Int32) -> (socket: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, backlog) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        precondition(listening, "a loopback listener could not be opened")
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
     /// A TCP port free on 127.0.0.1 right now.
     public static func freePort() -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

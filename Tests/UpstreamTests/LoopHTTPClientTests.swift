@@ -281,17 +281,8 @@ final class LoopHTTPClientTests: XCTestCase {
 
     func testAConnectThatHangsIsGivenUpAtTheConnectTimeoutAndItsSocketClosed() throws {
         // A listener whose accept queue is full (backlog 0, one connection never accepted) drops further SYNs.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = TestPaths.listeningSocket(backlog: 0)
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && listen(listener, 0) == 0
-                && getsockname(listener, $0, &length) == 0 }
-        }
-        let port = Int(UInt16(bigEndian: address.sin_port))
         let filler = try RawHTTPClient(port: port)
         defer { filler.disconnect() }
         let openDescriptors = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
