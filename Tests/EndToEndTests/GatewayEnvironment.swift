@@ -115,6 +115,28 @@ final class GatewayEnvironment: @unchecked Sendable {
         let adminClient = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
         return try Reply(adminClient.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "admin")])))
     }
+
+    /// /metrics once it shows every one of `lines`, or the last scrape after `seconds`: a request is counted just
+    /// after its response went out, so a scrape sent the moment the client has it may come first (another loop).
+    func metrics(showing lines: [String], within seconds: TimeInterval = 5) throws -> String {
+        try metrics(within: seconds) { text in lines.allSatisfy { text.contains($0) } }
+    }
+
+    /// /metrics once `done` holds for it, or the last scrape after `seconds`.
+    func metrics(within seconds: TimeInterval = 5, until done: (String) -> Bool) throws -> String {
+        let deadline = Date().addingTimeInterval(seconds)
+        var text = try admin("/metrics").text
+        while !done(text), Date() < deadline {
+            usleep(20_000)
+            text = try admin("/metrics").text
+        }
+        return text
+    }
+
+    /// The value of the sample `series` (name and labels as exported) in a /metrics text.
+    static func sample(_ series: String, in text: String) -> Double? {
+        text.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap { Double($0.dropFirst(series.count + 1)) }
+    }
 }
 
 /// A whole response, with the gateway's JSON error or the echo upstream's view of the request decoded.

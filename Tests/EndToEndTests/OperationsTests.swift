@@ -99,7 +99,8 @@ final class OperationsTests: XCTestCase {
         let logged = env.gateway.waitForEvent { $0["decision"] as? String == "rejected" }
         XCTAssertEqual(logged?["reason"] as? String, "unsupported_transfer_encoding")
         XCTAssertEqual(logged?["path"] as? String, "/public/x")
-        XCTAssertTrue(try env.admin("/metrics").text.contains("decision=\"rejected\",reason=\"unsupported_transfer_encoding\""))
+        let rejected = "decision=\"rejected\",reason=\"unsupported_transfer_encoding\",code=\"5xx\"} 1"
+        XCTAssertTrue(try env.metrics(showing: [rejected]).contains(rejected))
     }
 
     func testMetricsCountOpenConnectionsAndRequestsInFlight() throws {
@@ -115,7 +116,7 @@ final class OperationsTests: XCTestCase {
         XCTAssertTrue(text.contains("gateway_open_connections 2\n"), text)
         XCTAssertTrue(text.contains("gateway_in_flight_requests 1\n"), text)
         XCTAssertEqual(try slow.readResponse().status, 200)
-        XCTAssertTrue(try env.admin("/metrics").text.contains("gateway_in_flight_requests 0\n"))
+        XCTAssertTrue(try env.metrics(showing: ["gateway_in_flight_requests 0\n"]).contains("gateway_in_flight_requests 0\n"))
     }
 
     func testReloadRaisesARouteBodyLimitWithoutRestart() throws {
