@@ -24,6 +24,7 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     private(set) var headBytes = 0
     /// While idle: when it stops being reused (the loop's clock, ms).
     fileprivate var reusableUntilMs: UInt64 = 0
+    fileprivate func isExpired(at nowMs: UInt64) -> Bool { reusableUntilMs <= nowMs }
 
     init(_ tcp: TCPConnection, key: String, port: Int) {
         self.tcp = tcp
@@ -122,7 +123,7 @@ final class PlainHTTPPool {
         while let connection = idle[slot].connections.popLast() {
             idleCount -= 1
             connection.pool = nil
-            if connection.reusableUntilMs > loop.nowMs { return connection }
+            if !connection.isExpired(at: loop.nowMs) { return connection }
             connection.close()
         }
         return nil
@@ -152,13 +153,11 @@ final class PlainHTTPPool {
     private func sweep() {
         let now = loop.nowMs
         for slot in idle.indices {
-            let connections = idle[slot].connections
-            guard connections.contains(where: { $0.reusableUntilMs <= now }) else { continue }
-            idle[slot].connections = connections.filter { $0.reusableUntilMs > now }
-            for connection in connections where connection.reusableUntilMs <= now {
-                idleCount -= 1
-                connection.close()
-            }
+            let expired = idle[slot].connections.filter { $0.isExpired(at: now) }
+            guard !expired.isEmpty else { continue }
+            idle[slot].connections.removeAll { $0.isExpired(at: now) }
+            idleCount -= expired.count
+            expired.forEach { $0.close() }
         }
         if idleCount == 0 {
             sweeper.stop()
