@@ -276,8 +276,14 @@ final class AttestClientTests: XCTestCase {
         XCTAssertEqual(line["decision"] as? String, "debug")
         XCTAssertEqual(line["debug_token"] as? String, "ci")
         XCTAssertFalse(env.gateway.process.lines.joined().contains(ClientEnvironment.debugSecret), "the secret is never logged")
-        let metrics = try await env.metrics()
-        XCTAssertTrue(metrics.contains(#"gateway_debug_requests_total{token="ci"}"#), metrics)
+        // Exported at 0 from the start: the count is read (counted just after the log line, hence the retries).
+        let series = #"gateway_debug_requests_total{token="ci"}"#
+        var metrics = try await env.metrics()
+        for _ in 0..<100 where (MetricsText.sample(series, in: metrics) ?? 0) < 1 {
+            try await Task.sleep(nanoseconds: 20_000_000)
+            metrics = try await env.metrics()
+        }
+        XCTAssertGreaterThanOrEqual(MetricsText.sample(series, in: metrics) ?? 0, 1, metrics)
     }
 
     func testDebugTokenIsRefusedWhereNotAllowedOrNotConfigured() async throws {

@@ -132,11 +132,6 @@ final class GatewayEnvironment: @unchecked Sendable {
         }
         return text
     }
-
-    /// The value of the sample `series` (name and labels as exported) in a /metrics text.
-    static func sample(_ series: String, in text: String) -> Double? {
-        text.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap { Double($0.dropFirst(series.count + 1)) }
-    }
 }
 
 /// A whole response, with the gateway's JSON error or the echo upstream's view of the request decoded.

@@ -126,8 +126,8 @@ final class TokenRouteTests: XCTestCase {
         XCTAssertEqual(twice.error, "bad_header")
         // The environment is shared by this class's tests: at least these seven.
         let denied = #"gateway_attest_requests_total{route="/tok/",attest_method="token",decision="denied",reason="token_invalid"}"#
-        let metrics = try env.metrics { (GatewayEnvironment.sample(denied, in: $0) ?? 0) >= 7 }
-        XCTAssertGreaterThanOrEqual(GatewayEnvironment.sample(denied, in: metrics) ?? 0, 7, metrics)
+        let metrics = try env.metrics { (MetricsText.sample(denied, in: $0) ?? 0) >= 7 }
+        XCTAssertGreaterThanOrEqual(MetricsText.sample(denied, in: metrics) ?? 0, 7, metrics)
     }
 
     func testPreviousKeyIsStillAcceptedDuringRotation() throws {
