@@ -1,6 +1,6 @@
 import EventLoop
 
-/// A primary that sentinels name, from one event loop. The primary is asked of the sentinels (in turn)
+/// A primary that sentinels name, from one event loop. The primary is asked of the sentinels (all at once)
 /// before every new connection to it — so a loop that was idle through a failover never reconnects to the
 /// old primary, even once it is back — and again after a failure or a READONLY reply; ROLE is checked at
 /// login. Asking again waits `resolvePauseMs` between attempts, so a dead primary the sentinels have not
@@ -102,7 +102,7 @@ final class SentinelRouter: RedisRouting {
     }
 
     /// In the background: commands keep going to the known primary until the answer differs. A question
-    /// is bounded by `timeoutMs` per sentinel; while one runs, no other starts. Also called (on this loop)
+    /// is bounded by `timeoutMs`; while one runs, no other starts. Also called (on this loop)
     /// when another loop's router saw a new primary.
     func check() {
         checkArmed = false
@@ -111,29 +111,27 @@ final class SentinelRouter: RedisRouting {
         Task(executorPreference: loop) { await carried.value.resolving.run { await carried.value.resolve() } }
     }
 
-    /// Asks each sentinel in turn; the first that names the primary is asked first next time.
+    /// Asks every sentinel at once. The one that answered last time is listened to first; another's answer
+    /// is taken only once that one has failed. So a question costs one timeout at most, not one per
+    /// sentinel (blackholed sentinels were asked in turn before), and while the usual sentinel answers,
+    /// the others cannot make the client flap between two primaries during a failover.
     private func resolve() async {
         resolvedAtMs = loop.nowMs
-        var failures: [String] = []
-        for (index, sentinel) in sentinels.enumerated() {
-            do throws(RedisClientError) {
-                let reply = try await sentinel.command(["SENTINEL", "get-master-addr-by-name", masterName].map { Array($0.utf8) })
-                guard case .array(let fields) = reply, fields.count == 2, case .string(let host) = fields[0],
-                      case .string(let portText) = fields[1], let port = Int(String(decoding: portText, as: UTF8.self)) else {
-                    // An error reply says why (NOAUTH: the sentinel wants `sentinel_auth`).
-                    if case .error(let message) = reply { failures.append("\(sentinel.address) answered \(message)") } else {
-                        failures.append("\(sentinel.address) answered \(reply.kind)")
-                    }
-                    continue
-                }
-                use(RedisAddress(host: String(decoding: host, as: UTF8.self), port: port))
-                sentinels.swapAt(0, index)
-                return
-            } catch {
-                failures.append(error.message)
-            }
+        let poll = SentinelPoll(count: sentinels.count)
+        for index in sentinels.indices { ask(index, into: poll) }
+        switch await poll.decision() {
+        case .named(let address, let index):
+            use(address)
+            sentinels.swapAt(0, index)
+        case .failed(let failures):
+            resolveFailure = .unavailable("no sentinel named the primary of \(masterName) (\(failures.joined(separator: "; ")))")
         }
-        resolveFailure = .unavailable("no sentinel named the primary of \(masterName) (\(failures.joined(separator: "; ")))")
+    }
+
+    /// Puts the question to one sentinel; its answer goes to `poll` whenever it comes.
+    private func ask(_ index: Int, into poll: SentinelPoll) {
+        let question = Unchecked(SentinelQuestion(sentinel: sentinels[index], masterName: masterName, poll: poll, index: index))
+        Task(executorPreference: loop) { await question.value.put() }
     }
 
     private func use(_ address: RedisAddress) {
@@ -153,5 +151,83 @@ final class SentinelRouter: RedisRouting {
         checkTimer = nil
         primary?.close()
         sentinels.forEach { $0.close() }
+    }
+}
+
+/// One sentinel asked for the primary; its answer goes to the poll.
+private struct SentinelQuestion {
+    let sentinel: LoopRedisNode
+    let masterName: String
+    let poll: SentinelPoll
+    let index: Int
+
+    func put() async { poll.record(index, await answer()) }
+
+    /// The address the sentinel names, or why it names none.
+    private func answer() async -> Result<RedisAddress, SentinelPoll.Failure> {
+        let reply: RedisReply
+        do throws(RedisClientError) {
+            reply = try await sentinel.command(["SENTINEL", "get-master-addr-by-name", masterName].map { Array($0.utf8) })
+        } catch {
+            return .failure(.init(message: error.message))
+        }
+        guard case .array(let fields) = reply, fields.count == 2, case .string(let host) = fields[0],
+              case .string(let portText) = fields[1], let port = Int(String(decoding: portText, as: UTF8.self)) else {
+            // An error reply says why (NOAUTH: the sentinel wants `sentinel_auth`).
+            if case .error(let message) = reply { return .failure(.init(message: "\(sentinel.address) answered \(message)")) }
+            return .failure(.init(message: "\(sentinel.address) answered \(reply.kind)"))
+        }
+        return .success(RedisAddress(host: String(decoding: host, as: UTF8.self), port: port))
+    }
+}
+
+/// The answers to one question put to every sentinel at once (loop thread only). Decided when the
+/// preferred sentinel (index 0) names a primary, or once it has failed and another has named one (the
+/// first to), or when all have failed.
+final class SentinelPoll {
+    struct Failure: Error { let message: String }
+
+    enum Decision {
+        case named(RedisAddress, index: Int)
+        case failed([String])
+    }
+
+    private var answers: [Result<RedisAddress, Failure>?]
+    /// The first sentinel other than the preferred one to name a primary.
+    private var firstOther: Int?
+    private var waiting: CheckedContinuation<Decision, Never>?
+    private(set) var decided: Decision?
+
+    init(count: Int) { answers = Array(repeating: nil, count: count) }
+
+    func record(_ index: Int, _ answer: Result<RedisAddress, Failure>) {
+        guard decided == nil else { return }  // a late answer: the question is settled
+        answers[index] = answer
+        if index != 0, firstOther == nil, case .success = answer { firstOther = index }
+        guard let decision = decide() else { return }
+        decided = decision
+        waiting?.resume(returning: decision)
+        waiting = nil
+    }
+
+    func decision() async -> Decision {
+        if let settled = decided ?? decide() { return settled }
+        return await withCheckedContinuation { waiting = $0 }
+    }
+
+    private func decide() -> Decision? {
+        if let preferred = answers.first {
+            switch preferred {
+            case .success(let address)?: return .named(address, index: 0)
+            case nil: return nil  // still listening to the usual sentinel
+            case .failure?: break
+            }
+        }
+        if let firstOther, case .success(let address)? = answers[firstOther] { return .named(address, index: firstOther) }
+        guard answers.allSatisfy({ $0 != nil }) else { return nil }
+        return .failed(answers.compactMap { answer in
+            if case .failure(let failure)? = answer { return failure.message }
+            return nil
+        })
     }
 }

@@ -67,6 +67,37 @@ final class RedisSentinelClientTests: XCTestCase {
         XCTAssertLessThanOrEqual(try Self.sinceAsked(sentinel), 1, "after a while idle, the sentinel is asked before the next command")
     }
 
+    /// Sentinels that take the connection and never answer (a host gone behind a firewall that drops
+    /// packets) listed before a working one. Every sentinel is asked at once: the client waits one timeout
+    /// for the one it prefers, then takes the working one's answer, instead of one timeout per sentinel in
+    /// turn (3 × 1.5 s here); from then on the working one is preferred.
+    func testBlackholedSentinelsCostOneTimeoutNotOneEach() throws {
+        let setup = try RedisTestSentinel.shared()
+        try setup.waitUntilSettled()
+        let blackholes = (0..<3).map { _ in TestPaths.listeningSocket(backlog: 16) }
+        defer { blackholes.forEach { close($0.socket) } }
+        let sentinels = blackholes.map { RedisAddress(host: "127.0.0.1", port: $0.port) }
+            + [RedisAddress(host: "127.0.0.1", port: setup.sentinels[0].port)]
+        let redis = Redis(options: RedisOptions(topology: .sentinel(sentinels: sentinels, masterName: RedisTestSentinel.masterName),
+                                                timeoutMs: 1500))
+        let key = "blackholed:\(UUID().uuidString.prefix(8))"
+        let timedSet = { () -> (done: Bool, seconds: TimeInterval) in
+            let started = Date()
+            let done = waitFor(timeoutMs: 10_000) { () async -> Bool in
+                (try? await redis.command(["SET", key, "1"].map { Array($0.utf8) }, key: Array(key.utf8))) == .status("OK")
+            } ?? false
+            return (done, Date().timeIntervalSince(started))
+        }
+        let first = timedSet()
+        XCTAssertTrue(first.done, "the working sentinel's answer was used")
+        XCTAssertGreaterThan(first.seconds, 1.0, "the preferred (first listed) sentinel was given its timeout")
+        XCTAssertLessThan(first.seconds, 3.0, "one timeout (1.5 s) in all, not one per blackholed sentinel (4.5 s)")
+        sleep(3)  // idle past two check periods: the next command asks the sentinels first
+        let afterIdle = timedSet()
+        XCTAssertTrue(afterIdle.done)
+        XCTAssertLessThan(afterIdle.seconds, 0.75, "the sentinel that answered is the one listened to now")
+    }
+
     func testAPlannedFailoverIsFollowedWithinAboutASecondOfTheSentinels() throws {
         let setup = try RedisTestSentinel.shared()
         try setup.waitUntilSettled()
