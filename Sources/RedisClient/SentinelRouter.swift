@@ -193,8 +193,8 @@ final class SentinelPoll {
     }
 
     private var answers: [Result<RedisAddress, Failure>?]
-    /// The first sentinel other than the preferred one to name a primary.
-    private var firstOther: Int?
+    /// The first sentinel other than the preferred one to name a primary, and what it named.
+    private var firstOther: (index: Int, address: RedisAddress)?
     private var waiting: CheckedContinuation<Decision, Never>?
     private(set) var decided: Decision?
 
@@ -203,7 +203,7 @@ final class SentinelPoll {
     func record(_ index: Int, _ answer: Result<RedisAddress, Failure>) {
         guard decided == nil else { return }  // a late answer: the question is settled
         answers[index] = answer
-        if index != 0, firstOther == nil, case .success = answer { firstOther = index }
+        if index != 0, firstOther == nil, case .success(let address) = answer { firstOther = (index, address) }
         guard let decision = decide() else { return }
         decided = decision
         waiting?.resume(returning: decision)
@@ -223,7 +223,7 @@ final class SentinelPoll {
             case .failure?: break
             }
         }
-        if let firstOther, case .success(let address)? = answers[firstOther] { return .named(address, index: firstOther) }
+        if let firstOther { return .named(firstOther.address, index: firstOther.index) }
         guard answers.allSatisfy({ $0 != nil }) else { return nil }
         return .failed(answers.compactMap { answer in
             if case .failure(let failure)? = answer { return failure.message }
