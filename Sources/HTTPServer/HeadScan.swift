@@ -100,8 +100,60 @@ enum HeadScan {
         if colon - start == 4, head[start] | 0x20 == 0x68, head[start + 1] | 0x20 == 0x6F, head[start + 2] | 0x20 == 0x73,
            head[start + 3] | 0x20 == 0x74 {
             hosts += 1
+            guard isHostValue(UnsafeRawBufferPointer(rebasing: head[(colon + 1)..<index])) else {
+                return .failure(bad("bad_host", "the Host header is not host[:port]"))
+            }
         }
         return .success(index + 2)
+    }
+
+    /// RFC 9112 §3.2: a Host value that is not `uri-host [":" port]` (RFC 3986) is refused — with
+    /// `host_header: preserve` it reaches the upstream, which may build links from it. The host is a
+    /// bracketed IPv6 address or a non-empty reg-name / IPv4 address (no userinfo, path or space).
+    private static func isHostValue(_ field: UnsafeRawBufferPointer) -> Bool {
+        var lower = 0, upper = field.count
+        while lower < upper, field[lower] == 0x20 || field[lower] == 0x09 { lower += 1 }
+        while upper > lower, field[upper - 1] == 0x20 || field[upper - 1] == 0x09 { upper -= 1 }
+        guard lower < upper else { return false }
+        var index = lower
+        if field[index] == UInt8(ascii: "[") {
+            index += 1
+            while index < upper, isHexDigit(field[index]) || field[index] == UInt8(ascii: ":") || field[index] == UInt8(ascii: ".") {
+                index += 1
+            }
+            guard index > lower + 1, index < upper, field[index] == UInt8(ascii: "]") else { return false }
+            index += 1
+        } else {
+            while index < upper, field[index] != UInt8(ascii: ":") {
+                let byte = field[index]
+                if byte == UInt8(ascii: "%") {
+                    guard index + 2 < upper, isHexDigit(field[index + 1]), isHexDigit(field[index + 2]) else { return false }
+                    index += 3
+                    continue
+                }
+                guard isRegNameByte(byte) else { return false }
+                index += 1
+            }
+            guard index > lower else { return false }
+        }
+        guard index < upper else { return true }
+        guard field[index] == UInt8(ascii: ":") else { return false }
+        return field[(index + 1)..<upper].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x66)
+    }
+
+    /// unreserved / sub-delims (RFC 3986).
+    private static func isRegNameByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
+        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"): true
+        case UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="): true
+        default: false
+        }
     }
 
     /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only.

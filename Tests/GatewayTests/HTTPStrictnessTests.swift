@@ -22,6 +22,7 @@ final class HTTPStrictnessTests: XCTestCase {
             (Array("GET /x HTTP/1.1\r\nHost: t\r\nX(A): b\r\n\r\n".utf8), "bad_header"),
             (Array("GET /x HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n".utf8), "duplicate_host"),
             (Array("GET /x HTTP/1.1\r\n\r\n".utf8), "missing_host"),
+            (Array("GET /x HTTP/1.1\r\nHost: user@t\r\n\r\n".utf8), "bad_host"),
             (Array("GET /x HTTP/1.2\r\nHost: t\r\n\r\n".utf8), "unsupported_http_version"),
             (Array("GET /x HTTP/2.0\r\nHost: t\r\n\r\n".utf8), "unsupported_http_version"),
             (Array("GET /x HTTP/1.1\nHost: t\n\n".utf8), "bare_lf"),

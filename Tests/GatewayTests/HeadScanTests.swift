@@ -51,6 +51,19 @@ final class HeadScanTests: XCTestCase {
         assertRefused("GET /x HTTP/1.1\r\nX(A) b\r\nHost: t\r\n\r\n", "bad_header", noColon)  // told before the name
     }
 
+    func testHostMustBeHostAndPort() {
+        for value in ["example.com", "example.com:8443", "127.0.0.1:80", "[::1]:8080", "[2001:db8::1]", "a-b_c~d.e", "%41pi.example",
+                      " padded.example\t", "host:"] {
+            let head = "GET /x HTTP/1.1\r\nHost: \(value)\r\n\r\n"
+            XCTAssertEqual(scan(head), .complete(start: 0, end: head.utf8.count), value)
+        }
+        for value in ["", " ", "a b", "user@example.com", "example.com/path", "example.com:80x", "example.com:80:81", "[::1",
+                      "[]", "[::1]x", "[g::1]", "%4", "%zz.example", ":80", "exa\"mple", "exa<mple"] {
+            assertRefused("GET /x HTTP/1.1\r\nHost: \(value)\r\n\r\n", "bad_host", "the Host header is not host[:port]")
+        }
+        assertRefused("GET /x HTTP/1.0\r\nHost: a b\r\n\r\n", "bad_host", "the Host header is not host[:port]")
+    }
+
     func testHostIsCountedWhateverItsCase() {
         assertRefused("GET /x HTTP/1.1\r\nHost: a\r\nhOsT: b\r\n\r\n", "duplicate_host", "more than one Host header")
         assertRefused("GET /x HTTP/1.1\r\nHosts: a\r\n\r\n", "missing_host", "an HTTP/1.1 request must carry a Host header")

@@ -119,6 +119,30 @@ final class ObservabilityPartsTests: XCTestCase {
         XCTAssertEqual(Set(VerificationError.Reason.allCases.map(\.rawValue)).subtracting(ReasonCatalog.catalogue.map(\.reasonCode)), [])
     }
 
+    /// Every code the HTTP layer answers with is catalogued (so it has its zero series) and named in
+    /// docs/operations.md: read from the HTTPServer sources, so a new refusal cannot be missed.
+    func testEveryHTTPLayerCodeIsCataloguedAndDocumented() throws {
+        let directory = TestPaths.repository + "/Sources/HTTPServer/"
+        let pattern = try NSRegularExpression(pattern: #"(?:bad\(|reason: (?:framing \? )?)"([a-z_]+)""#)
+        var written = Set<String>()
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory) where file.hasSuffix(".swift") {
+            let source = try String(contentsOfFile: directory + file, encoding: .utf8)
+            for match in pattern.matches(in: source, range: NSRange(source.startIndex..., in: source)) {
+                written.insert(String(source[Range(match.range(at: 1), in: source)!]))
+            }
+        }
+        XCTAssertTrue(written.isSuperset(of: ["obs_fold", "bad_host", "connection_limit", "header_timeout"]), "the pattern finds them: \(written)")
+        // Answers to a request the handler took (no refusal series): the body budget, and the connection's
+        // own answers when an exchange ended without a response.
+        let handled = Set(ReasonCatalog.catalogue.map(\.reasonCode)).union(["upstream_aborted", "no_response"])
+        let catalogued = Set(ReasonCatalog.httpLayer.map(\.reason))
+        XCTAssertEqual(written.subtracting(catalogued).subtracting(handled), [], "add them to ReasonCatalog.httpLayer")
+        let operations = try String(contentsOfFile: TestPaths.repository + "/docs/operations.md", encoding: .utf8)
+        for code in catalogued.union(written) where operations.range(of: "`([0-9]{3} )?\(code)`", options: .regularExpression) == nil {
+            XCTFail("docs/operations.md does not name `\(code)`")
+        }
+    }
+
     func testZeroSeriesFollowWhatEachRouteCanDo() throws {
         let config = try GatewayConfig.parse(yaml: """
         app_attest: { apps: ["TEAMID1234.com.example.app"] }

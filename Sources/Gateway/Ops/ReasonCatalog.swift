@@ -49,7 +49,7 @@ enum ReasonCatalog {
     static let httpLayer: [(reason: String, status: Int)] = [
         ("bad_request_target", 400), ("ambiguous_framing", 400), ("unsupported_transfer_encoding", 501), ("body_too_large", 413),
         ("bad_request", 400), ("bad_request_line", 400), ("bad_header", 400), ("obs_fold", 400), ("bare_lf", 400),
-        ("duplicate_host", 400), ("missing_host", 400), ("unsupported_http_version", 400), ("method_not_allowed", 405),
+        ("duplicate_host", 400), ("missing_host", 400), ("bad_host", 400), ("unsupported_http_version", 400), ("method_not_allowed", 405),
         ("headers_too_large", 431), ("uri_too_long", 414), ("header_timeout", 408), ("connection_limit", 503), ("per_ip_connection_limit", 503),
     ]
 
