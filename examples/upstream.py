@@ -10,7 +10,7 @@ Routes:
   ANY /echo/...                 what arrived: method, path, raw query, headers, base64 body, client port,
                                 and the server-side connection number
   GET /slow?ms=N                waits N ms, then 200
-  GET /status/{code}            that status
+  GET /status/{code}            that status (200–999: 600 and up is what a broken upstream sends)
   GET /healthz                  200
   GET /response-headers?k=v&... each query pair sent back as a response header, repeats kept in order
   GET /bytes?n=N[&chunked=1]    N deterministic bytes (byte i is i % 251)
@@ -154,8 +154,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_bytes(200, b"slow\n", "text/plain")
 
     def status(self, code):
-        if not code.isdigit() or not 200 <= int(code) <= 599:
-            return self.send_json(400, {"error": "status must be 200..599"})
+        # 600–999 too: what a broken upstream sends (the gateway answers 502 upstream_protocol_error).
+        if not code.isdigit() or not 200 <= int(code) <= 999:
+            return self.send_json(400, {"error": "status must be 200..999"})
         if int(code) in (204, 304):
             self.send_response(int(code))
             self.end_headers()

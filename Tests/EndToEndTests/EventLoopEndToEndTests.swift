@@ -155,6 +155,20 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(line?["reason"] as? String, "upstream_protocol_error")
     }
 
+    func testAnUpstreamStatusOutside200To599IsTheUpstreamsProtocolError() throws {
+        let env = try start()
+        let client = try RawHTTPClient(port: env.gateway.port)
+        try client.send("GET /status/999 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 502)
+        XCTAssertEqual(errorReason(response), "upstream_protocol_error")
+        let line = env.gateway.waitForEvent { $0["path"] as? String == "/status/999" }
+        XCTAssertEqual(line?["reason"] as? String, "upstream_protocol_error", "the log line names what the client was told")
+        XCTAssertEqual(line?["upstream_status"] as? Int, 999)
+        try client.send("GET /status/201 HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 201, "the connection is still usable")
+    }
+
     func testUpstreamConnectionsTheUpstreamClosedWhileIdleAreReplacedAndTheirDescriptorsReused() throws {
         let env = try start()
         for round in 0..<6 {

@@ -30,9 +30,15 @@ struct Forwarder {
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
         let stream: UpstreamStream
-        do {
+        do throws(UpstreamError) {
             stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
                                                     upload: upload)
+            // RFC 9110 §15: 100–599 (1xx never reach here). Anything else is the upstream's fault, not the gateway's.
+            guard (200...599).contains(stream.status) else {
+                record.upstreamStatus = stream.status
+                stream.cancel()
+                throw .protocolError("the upstream answered with status \(stream.status), outside 200–599")
+            }
         } catch {
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
@@ -50,7 +56,7 @@ struct Forwarder {
         // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
         let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
         guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
-            // The upstream's head cannot be relayed as it is (the client got a JSON 500): nor its body.
+            // A header of the upstream's cannot be relayed as it is (the client got a JSON 500): nor its body.
             stream.cancel()
             record.reason = "invalid_response_header"
             return 500
