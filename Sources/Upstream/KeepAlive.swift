@@ -25,7 +25,8 @@ enum KeepAlive {
     }
 }
 
-private extension Substring {
+extension Substring {
+    /// Without leading and trailing spaces and tabs (a list element of a header value).
     var trimmingBlanks: Substring {
         let blank: (Character) -> Bool = { $0 == " " || $0 == "\t" }
         guard let first = firstIndex(where: { !blank($0) }), let last = lastIndex(where: { !blank($0) }) else { return "" }

@@ -237,6 +237,20 @@ extension UpstreamClient {
     /// `upload` streams the request body as the client sends it (then `request.body` is not used).
     public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
                      upload: UpstreamUpload? = nil) async throws(UpstreamError) -> UpstreamStream {
+        let stream = try await exchange(request, on: multi, timeouts: timeouts, upload: upload)
+        // Only chunked is decoded, and Transfer-Encoding is hop-by-hop: relayed re-framed, a body under another
+        // coding (gzip) would reach the client as if it were the content. Refused, as nginx does.
+        let codings = stream.headers.values(named: "Transfer-Encoding").flatMap { $0.split(separator: ",") }
+            .map(\.trimmingBlanks).filter { !$0.isEmpty }
+        if let coding = codings.first(where: { $0.lowercased() != "chunked" }) {
+            stream.cancel()
+            throw .protocolError("the upstream sent Transfer-Encoding: \(coding), which the gateway does not decode")
+        }
+        return stream
+    }
+
+    private func exchange(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts?,
+                          upload: UpstreamUpload?) async throws(UpstreamError) -> UpstreamStream {
         try request.validate()
         let timeouts = timeouts ?? target.timeouts
         if let endpoint = target.plainHTTP {

@@ -264,6 +264,25 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(server.connections, 3, "a connection that carried a broken response is not reused")
     }
 
+    func testATransferCodingOtherThanChunkedIsAProtocolError() throws {
+        let server = try ScriptedUpstream { connection in
+            while let head = connection.readHead() {
+                if head.contains("/gzip") {
+                    connection.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\u{1F}\u{8B}compressed")
+                    return
+                }
+                connection.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked \r\n\r\n2\r\nok\r\n0\r\n\r\n")
+            }
+        }
+        let client = try client(server.baseURL)
+        let refused = try run(client, Self.get("/gzip")).first
+        XCTAssertEqual(refused?.error?.reasonCode, "upstream_protocol_error")
+        XCTAssertEqual(refused?.error?.description.contains("Transfer-Encoding: gzip"), true, "\(String(describing: refused?.error))")
+        let chunked = try run(client, Self.get("/chunked")).first
+        XCTAssertEqual(chunked?.status, 200, "chunked alone, in any case and with blanks, is decoded")
+        XCTAssertEqual(chunked?.body, Array("ok".utf8))
+    }
+
     func testRefusedConnectionIsUnavailable() throws {
         let server = try ScriptedUpstream { _ in }
         server.stop()
