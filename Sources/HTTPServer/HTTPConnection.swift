@@ -44,6 +44,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var bodyLimit = 0
     private var bodyReceived = 0
     private var bodySink: ((UnsafeRawBufferPointer) -> Bool)?
+    /// The body bytes of one read, handed to the sink in one piece once the parser has run over the read:
+    /// a chunked body of one-byte chunks is one parser callback per byte, and each piece passed on was a
+    /// write to the upstream (200,000 one-byte chunks made 167,000 system calls).
+    private var bodyPending: [UInt8] = []
     private var bodyEnd: ((BodyReadError?) -> Void)?
     private var bodyPaused = false
     private var bodyError: BodyReadError?
@@ -272,13 +276,13 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     func parsedBody(_ bytes: UnsafeRawBufferPointer) {
-        guard bodyError == nil, let sink = bodySink else { return }
+        guard bodyError == nil, bodySink != nil else { return }
         guard bodyReceived + bytes.count <= bodyLimit else {
             bodyError = .tooLarge(limit: bodyLimit)
             return
         }
         bodyReceived += bytes.count
-        if !sink(bytes) { bodyPaused = true }
+        bodyPending.append(contentsOf: bytes)
     }
 
     func parsedMessageComplete() { messageComplete = true }
@@ -354,7 +358,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     private func feedBody(_ bytes: UnsafeRawBufferPointer) {
-        switch parser.feed(bytes) {
+        let fed = parser.feed(bytes)
+        if !bodyPending.isEmpty {
+            if bodyError == nil, let sink = bodySink, !bodyPending.withUnsafeBytes({ sink($0) }) { bodyPaused = true }
+            bodyPending.removeAll(keepingCapacity: true)
+        }
+        switch fed {
         case .consumed:
             break
         case .messageComplete(let consumed):
@@ -379,7 +388,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     private func finishBody(_ error: BodyReadError?) {
         guard let end = bodyEnd else { return }
-        (bodyEnd, bodySink, bodyPaused) = (nil, nil, false)
+        (bodyEnd, bodySink, bodyPaused, bodyPending) = (nil, nil, false, [])
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         end(error)

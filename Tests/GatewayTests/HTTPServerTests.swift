@@ -298,6 +298,25 @@ final class HTTPServerTests: XCTestCase {
         XCTAssertEqual(stream.closeCount, 1)
     }
 
+    func testTheBodyOfOneReadReachesTheConsumerInOnePiece() throws {
+        // One-byte chunks are one parser callback each; passed on one by one, each was a write upstream.
+        let loops = try (0..<1).map { try EventLoop(name: "pieces-\($0)") }
+        loops.forEach { $0.start() }
+        let server = try HTTPServer(address: "127.0.0.1:0", limits: ServerLimits(workers: 1), handler: PieceCounter(), loops: loops)
+        defer {
+            server.closeAll()
+            loops.forEach { $0.stop() }
+        }
+        let client = try RawHTTPClient(port: server.port)
+        let chunks = String(repeating: "1\r\na\r\n", count: 20_000)
+        try client.send("POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\(chunks)0\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 200)
+        let counts = response.text.split(separator: " ").compactMap { Int($0) }
+        XCTAssertEqual(counts.last, 20_000, "every byte arrived")
+        XCTAssertLessThanOrEqual(counts.first ?? .max, 50, "a piece per read (\(response.text)), not per chunk")
+    }
+
     func testInvalidResponseHeaderBecomesJSON500() throws {
         let handler = TestHandler { _ in
             HTTPResponse(status: 200, headers: [HTTPField("X-Bad", "a\r\nInjected: yes")])
@@ -362,5 +381,20 @@ final class HTTPServerTests: XCTestCase {
                     "127.0.0.1:", "[127.0.0.1]:80"] {
             XCTAssertThrowsError(try ListenAddress(bad), bad)
         }
+    }
+}
+
+/// Streams the request body and answers "<pieces> <bytes>": how it reached the consumer.
+private final class PieceCounter: HTTPHandler, @unchecked Sendable {
+    func handle(_ exchange: HTTPExchange) async {
+        let counts = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
+            var pieces = 0, bytes = 0
+            exchange.streamBody(limit: 1 << 20, sink: { piece in
+                pieces += 1
+                bytes += piece.count
+                return true
+            }, end: { error in continuation.resume(returning: error == nil ? "\(pieces) \(bytes)" : "failed") })
+        }
+        await exchange.send(HTTPResponse(status: 200, body: .bytes(Array(counts.utf8))))
     }
 }
