@@ -44,10 +44,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var bodyLimit = 0
     private var bodyReceived = 0
     private var bodySink: ((UnsafeRawBufferPointer) -> Bool)?
-    /// The body bytes of one read, handed to the sink in one piece once the parser has run over the read:
-    /// a chunked body of one-byte chunks is one parser callback per byte, and each piece passed on was a
-    /// write to the upstream (200,000 one-byte chunks made 167,000 system calls).
-    private var bodyPending: [UInt8] = []
+    // The body bytes of the read being parsed, handed to the sink in one piece once the parser has run over
+    // the read: a chunked body of one-byte chunks is one parser callback per byte, and each piece passed on
+    // was a write to the upstream (200,000 one-byte chunks made 167,000 system calls). A read's only piece
+    // (any Content-Length body) is passed where it lies; several are joined.
+    private var bodyPiece: UnsafeRawBufferPointer?
+    private var bodyJoined: [UInt8] = []
     private var bodyEnd: ((BodyReadError?) -> Void)?
     private var bodyPaused = false
     private var bodyError: BodyReadError?
@@ -282,7 +284,15 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             return
         }
         bodyReceived += bytes.count
-        bodyPending.append(contentsOf: bytes)
+        if bodyPiece == nil, bodyJoined.isEmpty {
+            bodyPiece = bytes
+            return
+        }
+        if let first = bodyPiece {
+            bodyJoined.append(contentsOf: first)
+            bodyPiece = nil
+        }
+        bodyJoined.append(contentsOf: bytes)
     }
 
     func parsedMessageComplete() { messageComplete = true }
@@ -359,10 +369,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     private func feedBody(_ bytes: UnsafeRawBufferPointer) {
         let fed = parser.feed(bytes)
-        if !bodyPending.isEmpty {
-            if bodyError == nil, let sink = bodySink, !bodyPending.withUnsafeBytes({ sink($0) }) { bodyPaused = true }
-            bodyPending.removeAll(keepingCapacity: true)
-        }
+        deliverReadBody()
         switch fed {
         case .consumed:
             break
@@ -386,9 +393,24 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         }
     }
 
+    /// What the parser found of the body in the read just fed, to the sink at once (the piece points into it).
+    private func deliverReadBody() {
+        defer { (bodyPiece, bodyJoined) = (nil, []) }
+        guard bodyError == nil, let sink = bodySink else { return }
+        let taken: Bool
+        if let piece = bodyPiece {
+            taken = sink(piece)
+        } else if !bodyJoined.isEmpty {
+            taken = bodyJoined.withUnsafeBytes { sink($0) }
+        } else {
+            return
+        }
+        if !taken { bodyPaused = true }
+    }
+
     private func finishBody(_ error: BodyReadError?) {
         guard let end = bodyEnd else { return }
-        (bodyEnd, bodySink, bodyPaused, bodyPending) = (nil, nil, false, [])
+        (bodyEnd, bodySink, bodyPaused) = (nil, nil, false)
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         end(error)

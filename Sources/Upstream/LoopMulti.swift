@@ -238,6 +238,11 @@ extension UpstreamClient {
     public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
                      upload: UpstreamUpload? = nil) async throws(UpstreamError) -> UpstreamStream {
         let stream = try await exchange(request, on: multi, timeouts: timeouts, upload: upload)
+        // RFC 9110 §15: a final status is 200–599 (interim ones never reach here); another is the upstream's error.
+        guard (200...599).contains(stream.status) else {
+            stream.cancel()
+            throw .protocolError("the upstream answered with status \(stream.status), outside 200–599")
+        }
         // Only chunked is decoded, and Transfer-Encoding is hop-by-hop: relayed re-framed, a body under another
         // coding (gzip) would reach the client as if it were the content. Refused, as nginx does.
         let codings = stream.headers.values(named: "Transfer-Encoding").flatMap { $0.split(separator: ",") }

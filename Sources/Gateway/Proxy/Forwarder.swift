@@ -30,15 +30,9 @@ struct Forwarder {
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
         let stream: UpstreamStream
-        do throws(UpstreamError) {
+        do {
             stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
                                                     upload: upload)
-            // RFC 9110 §15: 100–599 (1xx never reach here). Anything else is the upstream's fault, not the gateway's.
-            guard (200...599).contains(stream.status) else {
-                record.upstreamStatus = stream.status
-                stream.cancel()
-                throw .protocolError("the upstream answered with status \(stream.status), outside 200–599")
-            }
         } catch {
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
