@@ -102,6 +102,28 @@ final class TokenConfigTests: XCTestCase {
         }
     }
 
+    /// With a token section, the minting endpoint and the JWK Set have their zero series: a mint is an
+    /// assertion check (json client data) and a signature, so an alert on failed mints has a series from start.
+    func testTokenEndpointsHaveZeroSeriesOnlyWhenTokensAreOn() throws {
+        func series(_ token: String?) throws -> Set<KnownSeries.Request> {
+            let route = #"- { path_prefix: "/", upstream: api, policy: assert\#(token == nil ? "" : ", accept: [assertion, token]") }"#
+            return Set(KnownSeries(config: try GatewayConfig.parse(yaml: yaml(token: token, routes: route), baseDirectory: Self.directory)).requests)
+        }
+        let mint = "builtin:/assert/token"
+        let plain = try series("signing_key_file: key.pem")
+        for (decision, reason, code) in [("builtin", "", "2xx"), ("denied", "signature_invalid", "4xx"), ("denied", "challenge_expired", "4xx"),
+                                         ("denied", "store_unavailable", "5xx"), ("denied", "token_signing_failed", "5xx"),
+                                         ("denied", "method_not_allowed", "4xx"), ("denied", "body_too_large", "4xx")] {
+            XCTAssertTrue(plain.contains(KnownSeries.Request(route: mint, decision: decision, reason: reason, code: code)), "\(decision) \(reason)")
+        }
+        XCTAssertTrue(plain.contains(KnownSeries.Request(route: "builtin:/.well-known/jwks.json", decision: "builtin", reason: "", code: "2xx")))
+        XCTAssertFalse(plain.contains { $0.route == mint && $0.reason == "rate_limited" }, "no token rate limit configured")
+        XCTAssertFalse(plain.contains { $0.route == "/" && $0.reason == "token_signing_failed" }, "routes never sign")
+        let limited = try series("signing_key_file: key.pem\nrate_limit: { requests: 10, per_seconds: 60 }")
+        XCTAssertTrue(limited.contains(KnownSeries.Request(route: mint, decision: "denied", reason: "rate_limited", code: "4xx")))
+        XCTAssertFalse(try series(nil).contains { $0.route.hasPrefix("builtin:/assert/token") || $0.route.hasSuffix("jwks.json") })
+    }
+
     /// The docs' tables name every key, reason code, metric and event of tokens.
     func testDocsNameEveryTokenKeyAndCode() throws {
         let docs = TestPaths.repository + "/docs/"

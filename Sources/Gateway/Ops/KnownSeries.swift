@@ -46,9 +46,24 @@ struct KnownSeries {
                 series.append(Request(route: route, decision: "denied", reason: error.reasonCode, code: KnownSeries.code(error.status)))
             }
         }
+        if let token = config.appAttest.token { series += tokenEndpoints(rateLimited: token.rateLimit != nil) }
         for route in config.routes { series += requests(on: route) }
         var seen = Set<Request>()
         return series.filter { seen.insert($0).inserted }
+    }
+
+    /// `POST /assert/token` checks an assertion as a `client_data: json` assert route does, then signs; the
+    /// JWK Set only answers.
+    private func tokenEndpoints(rateLimited: Bool) -> [Request] {
+        let mint = "builtin:" + BuiltinEndpoints.Endpoint.assertToken.rawValue
+        var checks: Set<ReasonCatalog.Place> = [.assertion, .jsonClientData, .anyRoute, .builtin(.assertToken)]
+        if rateLimited { checks.insert(.rateLimit) }
+        var series = [Request(route: mint, decision: "builtin", reason: "", code: "2xx"),
+                      Request(route: "builtin:" + BuiltinEndpoints.Endpoint.jwks.rawValue, decision: "builtin", reason: "", code: "2xx")]
+        for error in ReasonCatalog.catalogue where !ReasonCatalog.places(of: error).isDisjoint(with: checks) {
+            series.append(Request(route: mint, decision: "denied", reason: error.reasonCode, code: KnownSeries.code(error.status)))
+        }
+        return series
     }
 
     private func requests(on route: RouteConfig) -> [Request] {

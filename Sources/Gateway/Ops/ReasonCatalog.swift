@@ -78,12 +78,13 @@ enum ReasonCatalog {
         case .badRequest: return [.builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice)]
         case .badPath, .routeNotFound: return [.unrouted]
         case .bodyTooLarge, .body: return [.anyRoute]
-        case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused, .tokenSigningFailed: return [.assertion]
+        case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused: return [.assertion]
+        case .tokenSigningFailed: return [.builtin(.assertToken)]
         case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
         case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused: return [.jsonClientData, .builtin(.attestVerify)]
         case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge)]
         case .keyAlreadyRegistered: return [.builtin(.attestVerify)]
-        case .methodNotAllowed: return Set([.listedMethods] + allEndpoints.map { .builtin($0) })
+        case .methodNotAllowed: return Set([.listedMethods, .builtin(.assertToken)] + allEndpoints.map { .builtin($0) })
         case .routeDenied: return [.denyRoute]
         case .storeUnavailable, .storeError: return Set([.assertion] + checks.map { .builtin($0) })
         case .upstreamUnavailable, .upstreamTimeout, .upstreamProtocolError: return [.forwarding]
