@@ -119,6 +119,9 @@ final class TokenConfigTests: XCTestCase {
         XCTAssertTrue(plain.contains(KnownSeries.Request(route: "builtin:/.well-known/jwks.json", decision: "builtin", reason: "", code: "2xx")))
         XCTAssertFalse(plain.contains { $0.route == mint && $0.reason == "rate_limited" }, "no token rate limit configured")
         XCTAssertFalse(plain.contains { $0.route == "/" && $0.reason == "token_signing_failed" }, "routes never sign")
+        XCTAssertFalse(plain.contains { $0.route == mint && ["token_expired", "debug_token_invalid"].contains($0.reason) },
+                       "a mint takes an assertion, never a token")
+        XCTAssertTrue(plain.contains(KnownSeries.Request(route: "/", decision: "denied", reason: "token_expired", code: "4xx")))
         let limited = try series("signing_key_file: key.pem\nrate_limit: { requests: 10, per_seconds: 60 }")
         XCTAssertTrue(limited.contains(KnownSeries.Request(route: mint, decision: "denied", reason: "rate_limited", code: "4xx")))
         XCTAssertFalse(try series(nil).contains { $0.route.hasPrefix("builtin:/assert/token") || $0.route.hasSuffix("jwks.json") })

@@ -52,15 +52,18 @@ struct KnownSeries {
         return series.filter { seen.insert($0).inserted }
     }
 
-    /// `POST /assert/token` checks an assertion as a `client_data: json` assert route does, then signs; the
-    /// JWK Set only answers.
+    /// `POST /assert/token` checks an assertion as a `client_data: json` assert route does (not a token or a
+    /// debug token: those are the routes' own gates), then signs; the JWK Set only answers.
     private func tokenEndpoints(rateLimited: Bool) -> [Request] {
         let mint = "builtin:" + BuiltinEndpoints.Endpoint.assertToken.rawValue
         var checks: Set<ReasonCatalog.Place> = [.assertion, .jsonClientData, .anyRoute, .builtin(.assertToken)]
         if rateLimited { checks.insert(.rateLimit) }
+        let routesOnly = Set([GatewayError.tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .debugTokenInvalid,
+                              .debugTokenRefused].map(\.reasonCode))
         var series = [Request(route: mint, decision: "builtin", reason: "", code: "2xx"),
                       Request(route: "builtin:" + BuiltinEndpoints.Endpoint.jwks.rawValue, decision: "builtin", reason: "", code: "2xx")]
-        for error in ReasonCatalog.catalogue where !ReasonCatalog.places(of: error).isDisjoint(with: checks) {
+        for error in ReasonCatalog.catalogue where !ReasonCatalog.places(of: error).isDisjoint(with: checks)
+            && !routesOnly.contains(error.reasonCode) {
             series.append(Request(route: mint, decision: "denied", reason: error.reasonCode, code: KnownSeries.code(error.status)))
         }
         return series
