@@ -152,13 +152,17 @@ final class PlainHTTPPool {
 
     private func sweep() {
         let now = loop.nowMs
+        var expired: [PlainHTTPConnection] = []
         for slot in idle.indices {
-            let expired = idle[slot].connections.filter { $0.isExpired(at: now) }
-            guard !expired.isEmpty else { continue }
-            idle[slot].connections.removeAll { $0.isExpired(at: now) }
-            idleCount -= expired.count
-            expired.forEach { $0.close() }
+            idle[slot].connections.removeAll { connection in
+                guard connection.isExpired(at: now) else { return false }
+                expired.append(connection)
+                return true
+            }
         }
+        // Closed once out of `idle`: closing can call back into the pool.
+        idleCount -= expired.count
+        expired.forEach { $0.close() }
         if idleCount == 0 {
             sweeper.stop()
             sweeping = false
