@@ -48,6 +48,8 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "Upstream"]),
         // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
+        // Google's server APIs: the service account's RS256 JWT-bearer access token, Play Integrity's decodeIntegrityToken.
+        .target(name: "GoogleServices", dependencies: ["AssertionCheck", "EventLoop", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
             "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CYAML", "CBuildInfo",
@@ -70,6 +72,7 @@ let package = Package(
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",
                                                    "RedisClient", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
+        .testTarget(name: "GoogleServicesTests", dependencies: ["GoogleServices", "AssertionCheck", "TestSupport", "Upstream"]),
         .testTarget(name: "AppAttestClientTests", dependencies: [
             "AppAttestClient", "SimulatedAppAttest", "AssertionCheck", "DeviceSimulator", "TestSupport",
         ]),

@@ -525,3 +525,106 @@ extension AssertionVerifier {
         return KeyRecovery.candidates(signature: signature, message: SHA256.hash(authData, SHA256.hash(clientData)))
     }
 }
+
+// MARK: - RSA (RS256: Google's service-account assertions)
+
+/// An RSA private key (an owned EVP_PKEY) of at least 2048 bits, such as the one in a Google service-account
+/// file. Never printed: `description` and the mirror are redacted, and no error message quotes the PEM.
+public final class RSAPrivateKey: @unchecked Sendable, CustomStringConvertible, CustomReflectable {
+    private let key: OpaquePointer
+    public let publicKey: RSAPublicKey
+
+    /// Accepts an unencrypted PEM private key, PKCS#8 ("BEGIN PRIVATE KEY", what Google issues) or PKCS#1
+    /// ("BEGIN RSA PRIVATE KEY"). Encrypted keys are refused rather than prompting for a passphrase.
+    public init(pem: String) throws(VerificationError) {
+        let bytes = Array(pem.utf8)
+        var noPassphrase: [CChar] = [0]
+        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return noPassphrase.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(bio, nil, nil, $0.baseAddress) }
+        }
+        ERR_clear_error()
+        guard let parsed else { throw VerificationError(.badPrivateKey, "not an unencrypted PEM private key") }
+        guard EVP_PKEY_get_base_id(parsed) == EVP_PKEY_RSA, EVP_PKEY_get_bits(parsed) >= RSAPublicKey.minimumBits else {
+            EVP_PKEY_free(parsed)
+            throw VerificationError(.badPrivateKey, "private key is not an RSA key of at least \(RSAPublicKey.minimumBits) bits")
+        }
+        var output: UnsafeMutablePointer<UInt8>? = nil
+        let length = i2d_PUBKEY(parsed, &output)
+        guard length > 0, let output, let publicKey = try? RSAPublicKey(spki: Array(UnsafeBufferPointer(start: output, count: Int(length)))) else {
+            EVP_PKEY_free(parsed)
+            ERR_clear_error()
+            throw VerificationError(.badPrivateKey, "cannot derive the RSA public key")
+        }
+        copenssl_free(output)
+        key = parsed
+        self.publicKey = publicKey
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    public var description: String { "RSAPrivateKey(<redacted>)" }
+    public var customMirror: Mirror { Mirror(self, children: []) }
+
+    /// RS256 (RFC 7518 §3.3): RSASSA-PKCS1-v1_5 with SHA-256 over `message`.
+    public func rs256Signature(for message: [UInt8]) throws(VerificationError) -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw VerificationError(.badPrivateKey, "out of memory") }
+        defer { EVP_MD_CTX_free(context) }
+        var length = 0
+        // PKCS#1 v1.5 is OpenSSL's default padding for an RSA EVP_PKEY.
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1,
+              EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
+            ERR_clear_error()
+            throw VerificationError(.badPrivateKey, "cannot sign with this key")
+        }
+        var signature = [UInt8](repeating: 0, count: length)
+        guard EVP_DigestSign(context, &signature, &length, message, message.count) == 1 else {
+            ERR_clear_error()
+            throw VerificationError(.badPrivateKey, "signing failed")
+        }
+        return Array(signature.prefix(length))
+    }
+}
+
+/// An RSA public key (an owned EVP_PKEY): checks RS256 signatures (the fake Google does, with the service
+/// account's key). Immutable, so usable from many threads.
+public final class RSAPublicKey: @unchecked Sendable {
+    /// Google's service-account keys are 2048 bits; shorter keys are not safe to sign with.
+    public static let minimumBits: Int32 = 2048
+    private let key: OpaquePointer
+    /// The DER SubjectPublicKeyInfo.
+    public let spki: [UInt8]
+
+    public init(spki: [UInt8]) throws(VerificationError) {
+        let parsed: OpaquePointer? = spki.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            let object = d2i_PUBKEY(nil, &cursor, buffer.count)
+            if let object, cursor != buffer.baseAddress.map({ $0 + buffer.count }) {
+                EVP_PKEY_free(object)
+                return nil
+            }
+            return object
+        }
+        ERR_clear_error()
+        guard let parsed else { throw VerificationError(.badPublicKey, "not a DER SubjectPublicKeyInfo") }
+        guard EVP_PKEY_get_base_id(parsed) == EVP_PKEY_RSA, EVP_PKEY_get_bits(parsed) >= Self.minimumBits else {
+            EVP_PKEY_free(parsed)
+            throw VerificationError(.badPublicKey, "public key is not an RSA key of at least \(Self.minimumBits) bits")
+        }
+        key = parsed
+        self.spki = spki
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// Whether `signature` is an RS256 (RSASSA-PKCS1-v1_5, SHA-256) signature of `message` by this key.
+    public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        let valid = EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1
+            && EVP_DigestVerify(context, signature, signature.count, message, message.count) == 1
+        ERR_clear_error()
+        return valid
+    }
+}

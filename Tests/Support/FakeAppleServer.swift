@@ -1,10 +1,9 @@
 import AssertionCheck
 import Foundation
-import Glibc
 import Synchronization
 
 /// Apple's DeviceCheck and App Attest data servers as a test sees them: real HTTP/1.1 on 127.0.0.1 (a free
-/// port), which verifies every JWT's ES256 signature with the public half of the test key, checks request
+/// port, `LoopbackHTTPServer`), which verifies every JWT's ES256 signature with the public half of the test key, checks request
 /// bodies like Apple documents, keeps two bits per device token, and can be told to answer otherwise.
 public final class FakeAppleServer: @unchecked Sendable {
     /// A scripted answer, used once, for the next request to a path (before any check).
@@ -30,12 +29,12 @@ public final class FakeAppleServer: @unchecked Sendable {
     public static let invalidPayload = "Missing or incorrectly formatted device token payload"
     public static let invalidJWT = "Unable to verify authorization token"
 
-    public let port: Int
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public var port: Int { server.port }
+    public var baseURL: String { server.baseURL }
     /// What attestationData answers with 200, base64-encoded: a real receipt Apple once returned.
     public let refreshedReceipt = RealRefreshedReceipt.bytes
 
-    private let listener: Int32
+    private let server: LoopbackHTTPServer
     private let teamID: String
     private let keyID: String
     private let publicKey: P256PublicKey
@@ -45,48 +44,24 @@ public final class FakeAppleServer: @unchecked Sendable {
         var scripts: [String: [Answer]] = [:]
         var requests: [Request] = []
         var bits: [String: (bit0: Bool, bit1: Bool, month: String)] = [:]
-        var connections: Set<Int32> = []
-        var stopped = false
     }
 
     public init(teamID: String, keyID: String, publicKey: P256PublicKey) throws {
         self.teamID = teamID
         self.keyID = keyID
         self.publicKey = publicKey
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard listener >= 0 else { throw FakeServerError("socket() failed: errno \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(listener, pointer, length) == 0 && listen(listener, 16) == 0 && getsockname(listener, pointer, &length) == 0
-            }
+        server = try LoopbackHTTPServer()
+        server.start { [weak self] request in
+            guard let self else { return LoopbackHTTPServer.Response(503, "stopped") }
+            let (status, text) = answer(path: request.path, headers: request.headers, body: request.body)
+            return LoopbackHTTPServer.Response(status, text)
         }
-        guard bound else {
-            close(listener)
-            throw FakeServerError("cannot listen on 127.0.0.1: errno \(errno)")
-        }
-        self.listener = listener
-        port = Int(UInt16(bigEndian: address.sin_port))
-        Thread { [self] in acceptLoop() }.start()
     }
 
     deinit { stop() }
 
-    /// Stops accepting and closes every open connection, which ends their threads.
-    public func stop() {
-        let open: Set<Int32>? = state.withLock { state in
-            guard !state.stopped else { return nil }
-            state.stopped = true
-            return state.connections
-        }
-        guard let open else { return }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-        for connection in open { shutdown(connection, Int32(SHUT_RDWR)) }
-    }
+    /// Stops accepting and closes every open connection.
+    public func stop() { server.stop() }
 
     public func script(_ path: String, _ answers: [Answer]) {
         state.withLock { $0.scripts[path, default: []] += answers }
@@ -95,82 +70,6 @@ public final class FakeAppleServer: @unchecked Sendable {
     public var requests: [Request] { state.withLock { $0.requests } }
 
     public func requests(to path: String) -> [Request] { requests.filter { $0.path == path } }
-
-    // MARK: - Connections
-
-    private func acceptLoop() {
-        while true {
-            let connection = accept(listener, nil, nil)
-            guard connection >= 0 else { return }  // the listener was shut down
-            let admitted = state.withLock { state in
-                if !state.stopped { state.connections.insert(connection) }
-                return !state.stopped
-            }
-            guard admitted else {
-                close(connection)
-                return
-            }
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            Thread { [self] in serve(connection) }.start()
-        }
-    }
-
-    /// Keep-alive: answers requests on the connection until the client closes it or the server stops.
-    private func serve(_ connection: Int32) {
-        var buffer: [UInt8] = []
-        while let (path, headers, body) = readRequest(connection, &buffer) {
-            let (status, text) = answer(path: path, headers: headers, body: body)
-            let bytes = Array(text.utf8)
-            let reason = status == 200 ? "OK" : "Status"
-            let head = "HTTP/1.1 \(status) \(reason)\r\nContent-Length: \(bytes.count)\r\nContent-Type: text/plain\r\n\r\n"
-            guard write(connection, Array(head.utf8) + bytes) else { break }
-        }
-        state.withLock { _ = $0.connections.remove(connection) }
-        close(connection)
-    }
-
-    private func readRequest(_ connection: Int32, _ buffer: inout [UInt8]) -> (String, [(name: String, value: String)], [UInt8])? {
-        let separator: [UInt8] = [13, 10, 13, 10]
-        var headEnd: Int?
-        while headEnd == nil {
-            headEnd = buffer.firstRange(of: separator)?.lowerBound
-            if headEnd == nil, !receive(connection, &buffer) { return nil }
-        }
-        let lines = String(decoding: buffer[..<headEnd!], as: UTF8.self).components(separatedBy: "\r\n")
-        let requestLine = lines[0].split(separator: " ")
-        guard requestLine.count == 3 else { return nil }
-        let headers = lines.dropFirst().compactMap { line -> (name: String, value: String)? in
-            guard let colon = line.firstIndex(of: ":") else { return nil }
-            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-        }
-        let length = headers.first { $0.name.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? 0
-        let bodyStart = headEnd! + separator.count
-        while buffer.count < bodyStart + length {
-            if !receive(connection, &buffer) { return nil }
-        }
-        let body = Array(buffer[bodyStart..<(bodyStart + length)])
-        buffer.removeFirst(bodyStart + length)
-        return (String(requestLine[1]), headers, body)
-    }
-
-    private func receive(_ connection: Int32, _ buffer: inout [UInt8]) -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        let count = recv(connection, &chunk, chunk.count, 0)
-        guard count > 0 else { return false }
-        buffer += chunk[..<count]
-        return true
-    }
-
-    private func write(_ connection: Int32, _ bytes: [UInt8]) -> Bool {
-        var sent = 0
-        while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard count > 0 else { return false }
-            sent += count
-        }
-        return true
-    }
 
     // MARK: - Apple's behaviour
 
@@ -257,9 +156,4 @@ public final class FakeAppleServer: @unchecked Sendable {
         let bit0: Bool?
         let bit1: Bool?
     }
-}
-
-public struct FakeServerError: Error, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
 }
