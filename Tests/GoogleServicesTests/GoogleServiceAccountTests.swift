@@ -83,7 +83,7 @@ final class GoogleServiceAccountTests: XCTestCase {
                                            apiURL: google.baseURL, options: GoogleServiceOptions(retry: .standard))
             let error = await serviceError { _ = try await api.decodeIntegrityToken(packageName: Verdicts.packageName, token: "t") }
             XCTAssertEqual(error?.reasonCode, "google_credentials_refused")
-            XCTAssertTrue("\(error!)".contains(refusal), "\(error!)")
+            XCTAssertTrue(String(describing: error).contains(refusal), String(describing: error))
             XCTAssertTrue(google.requests.last?.refusal?.contains(refusal) == true)
         }
         XCTAssertEqual(google.requests.map(\.endpoint), [.token, .token], "refusals are not retried")

@@ -133,7 +133,7 @@ final class PlayIntegrityAPITests: XCTestCase {
         google.revokeAccessTokens()
         let refused = await serviceError { _ = try await self.decode(api, token) }
         XCTAssertEqual(refused?.reasonCode, "google_credentials_refused")
-        XCTAssertTrue("\(refused!)".contains("check the service account"), "\(refused!)")
+        XCTAssertTrue(String(describing: refused).contains("check the service account"), String(describing: refused))
         XCTAssertEqual(google.requests(to: .decode).count, 2, "a 401 is not retried")
         _ = try await decode(api, token)
         XCTAssertEqual(google.requests(to: .token).count, 2, "the next call exchanges again")
@@ -164,7 +164,7 @@ final class PlayIntegrityAPITests: XCTestCase {
         let api = try api()
         let unknown = await serviceError { _ = try await self.decode(api, "standard.never-issued") }
         XCTAssertEqual(unknown?.reasonCode, "google_token_rejected")
-        XCTAssertTrue("\(unknown!)".contains("INVALID_ARGUMENT"), "\(unknown!)")
+        XCTAssertTrue(String(describing: unknown).contains("INVALID_ARGUMENT"), String(describing: unknown))
         // A token issued for another app is no better.
         let elsewhere = google.standardToken(for: Verdicts.genuine, packageName: "com.example.other")
         await assertReason("google_token_rejected") { _ = try await self.decode(api, elsewhere) }
@@ -177,7 +177,7 @@ final class PlayIntegrityAPITests: XCTestCase {
         let token = google.standardToken(for: Verdicts.genuine, packageName: "com.example.unlinked")
         let refused = await serviceError { _ = try await self.decode(try self.api(), token, packageName: "com.example.unlinked") }
         XCTAssertEqual(refused?.reasonCode, "google_credentials_refused")
-        XCTAssertTrue("\(refused!)".contains("PERMISSION_DENIED"), "\(refused!)")
+        XCTAssertTrue(String(describing: refused).contains("PERMISSION_DENIED"), String(describing: refused))
     }
 
     func testInvalidPackageNamesAndTokensAreNotSent() async throws {
