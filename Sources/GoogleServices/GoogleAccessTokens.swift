@@ -28,6 +28,8 @@ final class GoogleAccessTokens: Sendable {
         var current: (token: String, obtained: Date, refreshAt: Date)?
         var exchanging = false
         var waiters: [UInt64: CheckedContinuation<Outcome?, Never>] = [:]
+        /// Each waiter's timeout, cancelled when the exchange answers first.
+        var timers: [UInt64: Task<Void, Never>] = [:]
         var nextWaiter: UInt64 = 0
     }
 
@@ -77,11 +79,12 @@ final class GoogleAccessTokens: Sendable {
         } catch {
             result = .failure(error)
         }
-        let waiters = state.withLock { state in
+        let (waiters, timers) = state.withLock { state in
             state.exchanging = false
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            defer { (state.waiters, state.timers) = ([:], [:]) }
+            return (Array(state.waiters.values), Array(state.timers.values))
         }
+        for timer in timers { timer.cancel() }
         for waiter in waiters { waiter.resume(returning: result) }
         return try result.get()
     }
@@ -96,12 +99,21 @@ final class GoogleAccessTokens: Sendable {
 
     private func scheduleWaitTimeout(_ id: UInt64) {
         let milliseconds = options.tokenWaitTimeoutMs
-        Task { [state] in
-            try? await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)
-            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+        let timer = Task { [state] in
+            guard (try? await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)) != nil else { return }
+            let waiter = state.withLock { state in
+                state.timers[id] = nil
+                return state.waiters.removeValue(forKey: id)
+            }
             waiter?.resume(returning: .failure(.unavailable(
                 "no access token after waiting \(milliseconds) ms for the exchange in flight at the token endpoint")))
         }
+        let waiting = state.withLock { state in
+            guard state.waiters[id] != nil else { return false }
+            state.timers[id] = timer
+            return true
+        }
+        if !waiting { timer.cancel() }
     }
 
     private func exchange() async throws(GoogleServiceError) -> String {
