@@ -39,6 +39,11 @@ final class PlayIntegrityAPITests: XCTestCase {
         let token = google.standardToken(for: Verdicts.genuine)
         let payload = try await decode(try api(), token)
         XCTAssertEqual(try jsonObject(payload), try jsonObject(Array(Verdicts.genuine.utf8)))
+        // Re-serialised without turning booleans into numbers or strings into anything else.
+        let text = String(decoding: payload, as: UTF8.self)
+        for member in [#""testFlag":true"#, #""testNumber":12"#, #""timestampMillis":"1617893780000""#] {
+            XCTAssertTrue(text.contains(member), text)
+        }
 
         let requests = google.requests
         XCTAssertEqual(requests.map(\.endpoint), [.token, .decode])
