@@ -8,6 +8,11 @@ mkdir -p run/redis
 
 ./scripts/release-build.sh
 GATEWAY=.build/release/gateway
+# The demo server key for the stand-in for Apple's servers (never reaches Apple), made before check-config reads it.
+if [ ! -f run/demo-apple/AuthKey.p8 ]; then
+    mkdir -p run/demo-apple
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out run/demo-apple/AuthKey.p8
+fi
 $GATEWAY check-config "$CONFIG"
 
 pids=()
@@ -41,11 +46,7 @@ upstream_port=$(sed -nE '/^upstreams:/,/^routes:/ s#.*url: *"http://127\.0\.0\.1
 python3 examples/upstream.py --host 127.0.0.1 --port "${upstream_port:-9000}" &
 pids+=($!)
 
-# A stand-in for Apple's DeviceCheck servers with a demo server key (never reaches Apple).
-if [ ! -f run/demo-apple/AuthKey.p8 ]; then
-    mkdir -p run/demo-apple
-    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out run/demo-apple/AuthKey.p8
-fi
+# A stand-in for Apple's DeviceCheck servers.
 apple_port=$(sed -nE 's#^ *devicecheck_url: *"http://127\.0\.0\.1:([0-9]+).*#\1#p' "$CONFIG" | head -n1)
 if [ -n "$apple_port" ]; then
     $GATEWAY demo apple --key run/demo-apple/AuthKey.p8 --listen "127.0.0.1:$apple_port" &
