@@ -225,6 +225,16 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(found?.line, 4)
     }
 
+    /// Both on one port, serve would stop at "address already in use": the config says which two keys clash.
+    func testListenAndAdminListenOnOnePortClash() throws {
+        XCTAssertEqual(issues("listen: \"127.0.0.1:9901\"\nadmin_listen: \"127.0.0.1:9901\"\n" + minimal),
+                       ["admin_listen: listen 127.0.0.1:9901 and admin_listen 127.0.0.1:9901 clash (one port): give the admin endpoints their own (line 2)"])
+        XCTAssertEqual(issues("listen: \":9901\"\n" + minimal),
+                       ["listen: listen 0.0.0.0:9901 and admin_listen 127.0.0.1:9901 clash (one port): give the admin endpoints their own (line 1)"])
+        XCTAssertNoThrow(try GatewayConfig.parse(yaml: "listen: \"127.0.0.1:9901\"\nadmin_listen: \"127.0.0.2:9901\"\n" + minimal))
+        XCTAssertNoThrow(try GatewayConfig.parse(yaml: "listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\n" + minimal))
+    }
+
     func testWrongTypesSayWhatWasFound() {
         let found = issues("""
             listen: [1, 2]

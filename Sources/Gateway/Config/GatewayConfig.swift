@@ -81,6 +81,9 @@ public struct GatewayConfig: Sendable {
         let listen = readAddress(top, "listen", default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 8080))
         let adminListen = readAddress(top, "admin_listen",
                                       default: ListenAddress(host: "127.0.0.1", family: .ipv4, port: 9901))
+        if listen.sharesPort(with: adminListen), let node = top.optional("admin_listen") ?? top.optional("listen") {
+            node.invalid("listen \(listen) and admin_listen \(adminListen) clash (one port): give the admin endpoints their own")
+        }
         let prefix = readPrefix(top)
         let redis = RedisConfig.read(top.section("redis"), baseDirectory: baseDirectory)
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
@@ -151,5 +154,14 @@ public struct GatewayConfig: Sendable {
             maxHeaderBytes: section.int("max_header_bytes", default: legacyHead ?? 32_768, in: 1024...16 * 1024 * 1024),
             maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling),
             maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824)), hardening)
+    }
+}
+
+extension ListenAddress {
+    /// Two listeners that cannot both bind: the same port on the same address, or on the family's wildcard.
+    func sharesPort(with other: ListenAddress) -> Bool {
+        let wildcards: Set<String> = ["0.0.0.0", "::"]
+        return port != 0 && port == other.port
+            && (host == other.host || wildcards.contains(host) || wildcards.contains(other.host))
     }
 }
