@@ -10,16 +10,24 @@ import Foundation
 public enum GatewayCommand {
     static let usage = """
     usage: gateway <command> [options]
-      serve --config gateway.yaml      run the proxy (SIGHUP reloads, SIGTERM drains and stops)
+      serve --config gateway.yaml [--trust-anchor PEM]   run the proxy (SIGHUP reloads, SIGTERM drains and stops);
+                                       --trust-anchor replaces Apple's root: tests and demos only
       check-config gateway.yaml        validate a configuration file without starting
       keys show|revoke KEY_ID --config gateway.yaml   inspect or revoke a registered key
       devicecheck query|set --config gateway.yaml --token B64 [--bit0 B] [--bit1 B]   a device's DeviceCheck bits
-      demo [--gateway URL]             the whole story against a running gateway (simulated iPhone)
+      demo ca DIR | apple --key K      the demo's CA and its stand-in for Apple's servers (the story: make demo)
       verify attestation|assertion …   check an App Attest object offline (prints JSON)
       bench verify [--seconds N]       assertions verified per second on one thread
       bench ca|prepare …               test CA and pre-signed requests for load tests (bench/run.sh)
-      help                             this text
+      help                             this text; `gateway <command> --help`: that command's usage
     """
+
+    /// Each command's usage, printed on stdout for `gateway <command> --help`.
+    static let commandUsages: [String: String] = [
+        "serve": ServeCommand.usage, "check-config": CheckConfigCommand.usage, "keys": KeysCommand.usage,
+        "demo": DemoCommand.usage, "devicecheck": DeviceCheckCommand.usage, "verify": VerifyCommand.usage,
+        "bench": BenchCommand.usage,
+    ]
 
     public static func run(_ arguments: [String]) -> Int32 {
         guard let command = arguments.first else {
@@ -27,6 +35,10 @@ public enum GatewayCommand {
             return 2
         }
         let rest = Array(arguments.dropFirst())
+        if let usage = commandUsages[command], rest.contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print(usage)
+            return 0
+        }
         switch command {
         case "serve": return ServeCommand.run(rest)
         case "check-config": return CheckConfigCommand.run(rest)

@@ -6,9 +6,11 @@ import Foundation
 
 /// `gateway check-config FILE`: validates without starting; every problem on its own line.
 public enum CheckConfigCommand {
+    public static let usage = "usage: gateway check-config gateway.yaml"
+
     public static func run(_ arguments: [String]) -> Int32 {
         guard arguments.count == 1, let path = arguments.first else {
-            FileHandle.standardError.write(Data("usage: gateway check-config gateway.yaml\n".utf8))
+            FileHandle.standardError.write(Data((usage + "\n").utf8))
             return 2
         }
         do {
@@ -48,7 +50,7 @@ public enum CheckConfigCommand {
 
 /// `gateway keys show|revoke KEY_ID --config FILE [--reason TEXT]`: the stored key records.
 public enum KeysCommand {
-    static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT]"
+    public static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT]"
 
     public static func run(_ arguments: [String]) -> Int32 {
         do {

@@ -4,7 +4,7 @@ import Foundation
 /// `gateway devicecheck query|set --config FILE --token B64 [--bit0 true|false] [--bit1 true|false]`:
 /// an operator's view of a device's two bits, with the gateway's own Apple credentials.
 public enum DeviceCheckCommand {
-    static let usage = "usage: gateway devicecheck query|set --config gateway.yaml --token <base64 device token> [--bit0 true|false] [--bit1 true|false]"
+    public static let usage = "usage: gateway devicecheck query|set --config gateway.yaml --token <base64 device token> [--bit0 true|false] [--bit1 true|false]"
 
     public static func run(_ arguments: [String]) -> Int32 {
         do {

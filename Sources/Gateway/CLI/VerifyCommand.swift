@@ -4,7 +4,7 @@ import Foundation
 /// `gateway verify attestation|assertion …`: offline verification for debugging a device.
 /// Prints one JSON object; exit 0 valid, 1 invalid, 2 usage error.
 public enum VerifyCommand {
-    static let usage = """
+    public static let usage = """
     usage: gateway verify attestation --attestation-b64 B64 --key-id B64 (--challenge-b64 B64 | --client-data-hash-b64 B64)
                                       --app TEAMID.bundle.id [--app …] --environment production|development|any
                                       [--trust-anchor PEM] [--at RFC3339] [--explain]

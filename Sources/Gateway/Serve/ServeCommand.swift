@@ -11,7 +11,7 @@ import Upstream
 /// SIGHUP reloads the file (a bad file keeps the running config); SIGTERM/SIGINT stop accepting,
 /// drain in-flight requests and exit 0.
 public enum ServeCommand {
-    static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N] [--trust-anchor PEM (tests and demos only)]"
+    public static let usage = "usage: gateway serve --config gateway.yaml [--drain-seconds N] [--trust-anchor PEM (tests and demos only)]"
 
     public static func run(_ arguments: [String]) -> Int32 {
         let path: String
