@@ -82,9 +82,8 @@ final class ReceiptRefresher: Sendable {
 
     private func refresh(_ keyId: [UInt8], _ environment: AppAttestEnvironment, runtime: GatewayRuntime, apple: AppleRuntime, now: Date) {
         let store = runtime.store
-        let shortId = String(Base64.encode(keyId).prefix(12))
         let outcome: String
-        var fields: [String: Any] = ["key_id": shortId, "environment": environment.rawValue]
+        var fields: [String: Any] = ["key_id": Base64.encode(keyId), "environment": environment.rawValue]
         var next: Date? = now.addingTimeInterval(Double(apple.config.receiptRefreshSeconds))
         do {
             guard let record = try store.loadKey(keyId: keyId, environment: environment), !record.revoked,

@@ -186,10 +186,11 @@ struct AssertGate {
         let values = request.headers.filter { $0.hasName("X-App-Attest-Key-Id") }
         if values.isEmpty || (values.count == 1 && values[0].value.isEmpty) { return nil }
         let text = try header(request, "X-App-Attest-Key-Id")
-        record.keyId = text
         guard let keyId = Base64.decode(text), keyId.count == 32 else {
             throw .badHeader("X-App-Attest-Key-Id is not base64 of a 32-byte key id")
         }
+        // Logged whole and in one spelling, so `gateway keys revoke` takes it from the log as is.
+        record.keyId = Base64.encode(keyId)
         return keyId
     }
 

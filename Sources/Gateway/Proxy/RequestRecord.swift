@@ -67,7 +67,7 @@ final class RequestRecord: @unchecked Sendable {
             if let forwardedFor { line.string("forwarded_for", forwardedFor) }
             if let userAgent { line.string("user_agent", userAgent) }
             if let traceparent { line.string("traceparent", traceparent) }
-            if let keyId { line.string("key_id", String(keyId.prefix(12))) }
+            if let keyId { line.string("key_id", keyId) }
             if let counter { line.int("counter", Int(counter)) }
             if let riskMetric { line.int("risk_metric", riskMetric) }
             if let debugToken { line.string("debug_token", debugToken) }
