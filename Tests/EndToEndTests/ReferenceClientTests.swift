@@ -116,17 +116,27 @@ final class ReferenceClientTests: XCTestCase {
         XCTAssertEqual(reply.error, "signature_invalid")
     }
 
+    /// Without a key id the gateway cannot tell a wrong signature from an unregistered key: it says so
+    /// (`no_matching_key`), not `key_unknown`, which would send a client with a signing bug re-registering.
     func testUnregisteredKeyAndGarbageSignatureWithoutKeyId() throws {
         let stranger = try env.app()
         let unknown = try stranger.send(guideRequest(stranger, "POST", "/secure/x", body: []))
         XCTAssertEqual(unknown.status, 401)
-        XCTAssertEqual(unknown.error, "key_unknown")
+        XCTAssertEqual(unknown.error, "no_matching_key")
+        XCTAssertTrue((unknown.json["message"] as? String ?? "").contains("send X-App-Attest-Key-Id"), unknown.text)
         let app = try registeredApp()
+        // A registered key signing other bytes than it sends (a client's signing bug).
+        var misSigned = try guideRequest(app, "POST", "/secure/x", body: [])
+        let sent = Base64.decode(misSigned.headers[3].value)!
+        misSigned.headers[2] = HTTPField("X-App-Attest-Assertion", Base64.encode(try app.device.assert(clientData: sent + Array(" ".utf8))))
+        XCTAssertEqual(try app.send(misSigned).error, "no_matching_key")
+        misSigned.headers.append(HTTPField("X-App-Attest-Key-Id", app.device.keyIdBase64))
+        XCTAssertEqual(try app.send(misSigned).error, "signature_invalid", "with the key id the gateway can tell")
         var tampered = try guideRequest(app, "POST", "/secure/x", body: [])
         var assertion = Base64.decode(tampered.headers[2].value)!
         assertion[20] ^= 0xFF
         tampered.headers[2] = HTTPField("X-App-Attest-Assertion", Base64.encode(assertion))
-        XCTAssertTrue(["key_unknown", "signature_invalid", "bad_assertion"].contains(try app.send(tampered).error ?? ""))
+        XCTAssertTrue(["no_matching_key", "signature_invalid", "bad_assertion"].contains(try app.send(tampered).error ?? ""))
         XCTAssertEqual(try env.request("POST", "/secure/x", body: [1]).error, "assertion_missing")
     }
 

@@ -37,7 +37,7 @@ enum ReasonCatalog {
     static let catalogue: [GatewayError] = [
         .assertionMissing(""), .badHeader(""), .badRequest(""), .badPath, .bodyTooLarge(limit: 0), .challengeInvalid,
         .challengeExpired, .challengeWrongKind, .challengeReused, .challengeRateLimited(retryAfterSeconds: 1),
-        .keyUnknown, .keyRevoked, .keyAlreadyRegistered, .routeNotFound, .methodNotAllowed(allowed: []), .routeDenied,
+        .keyUnknown, .noMatchingKey, .keyRevoked, .keyAlreadyRegistered, .routeNotFound, .methodNotAllowed(allowed: []), .routeDenied,
         .storeUnavailable(""), .storeError(""), .upstreamUnavailable(""), .upstreamTimeout(""), .upstreamProtocolError(""),
         .deviceTokenMissing, .deviceTokenInvalid(""), .deviceTokenReused, .deviceFlagged(""), .alreadyClaimed, .claimInProgress,
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
@@ -74,7 +74,7 @@ enum ReasonCatalog {
         let checks: [BuiltinEndpoints.Endpoint] = [.attestChallenge, .assertChallenge, .attestVerify]
         switch error {
         case .verification(let verification): return places(of: verification.reason)
-        case .assertionMissing, .badHeader, .keyUnknown, .keyRevoked: return [.assertion]
+        case .assertionMissing, .badHeader, .keyUnknown, .noMatchingKey, .keyRevoked: return [.assertion]
         case .badRequest: return [.builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice)]
         case .badPath, .routeNotFound: return [.unrouted]
         case .bodyTooLarge, .body: return [.anyRoute]

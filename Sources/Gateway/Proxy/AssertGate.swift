@@ -127,7 +127,7 @@ struct AssertGate {
 
     /// The registered key among those that could have made the signature: the key cache first (every
     /// candidate), then Redis (one round trip per candidate, at most two). A signature no key could have
-    /// made is `signature_invalid`; one whose keys are all unregistered, `key_unknown`.
+    /// made is `signature_invalid`; one whose keys are all unregistered, `no_matching_key`.
     private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) async throws(GatewayError) -> ([UInt8], KeyCache.Entry) {
         let candidates: [RecoveredKey]
         do {
@@ -149,7 +149,7 @@ struct AssertGate {
             }
         }
         metrics.increment("gateway_key_recoveries_total", ["result": found == nil ? "unknown" : "registered"], help: MetricHelp.keyRecoveries)
-        guard let found else { throw .keyUnknown }
+        guard let found else { throw .noMatchingKey }
         record.keyId = Base64.encode(found.0)
         return found
     }

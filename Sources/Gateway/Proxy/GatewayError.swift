@@ -26,6 +26,9 @@ public enum GatewayError: Error, Equatable {
     case challengeReused
     case challengeRateLimited(retryAfterSeconds: Int)
     case keyUnknown
+    /// Without `X-App-Attest-Key-Id`: none of the keys that can have made the signature is registered — a
+    /// wrong signature or an unregistered key, which only the key id can tell apart.
+    case noMatchingKey
     case keyRevoked
     case keyAlreadyRegistered
     case routeNotFound
@@ -69,6 +72,7 @@ public enum GatewayError: Error, Equatable {
         case .challengeReused: return "challenge_reused"
         case .challengeRateLimited: return "challenge_rate_limited"
         case .keyUnknown: return "key_unknown"
+        case .noMatchingKey: return "no_matching_key"
         case .keyRevoked: return "key_revoked"
         case .keyAlreadyRegistered: return "key_already_registered"
         case .routeNotFound: return "route_not_found"
@@ -102,7 +106,7 @@ public enum GatewayError: Error, Equatable {
     public var status: Int {
         switch self {
         case .verification(let error): return GatewayError.status(for: error.reason)
-        case .assertionMissing, .keyUnknown: return 401
+        case .assertionMissing, .keyUnknown, .noMatchingKey: return 401
         case .badHeader, .badRequest, .badPath: return 400
         case .bodyTooLarge: return 413
         case .body(let error): return error.status
@@ -140,6 +144,8 @@ public enum GatewayError: Error, Equatable {
         case .challengeReused: return "the challenge was already used; fetch a new one for every request"
         case .challengeRateLimited(let seconds): return "too many challenges for this client address; retry in \(seconds) s"
         case .keyUnknown: return "the key id is not registered; attest the key first"
+        case .noMatchingKey:
+            return "no registered key matches this signature (a wrong signature, or an unregistered key): send X-App-Attest-Key-Id to tell which"
         case .keyRevoked: return "the key has been revoked"
         case .keyAlreadyRegistered: return "this key id is already registered; generate a new key to attest again"
         case .routeNotFound: return "no route matches this path"
