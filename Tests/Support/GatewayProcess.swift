@@ -10,15 +10,15 @@ public final class GatewayProcess: @unchecked Sendable {
     public var adminURL: String { "http://127.0.0.1:\(adminPort)" }
 
     /// `config` receives the listen and admin ports and returns the YAML text; `environment` is added to the gateway's.
-    /// `ports` picks them (free ones; a test of the retry gives a taken one first).
-    public init(directory: String, environment: [String: String]? = nil,
+    /// `ports` picks them (free ones; a test of the retry gives a taken one first); `arguments` are added to `serve`'s.
+    public init(directory: String, environment: [String: String]? = nil, arguments: [String] = [],
                 ports: () -> (Int, Int) = { (TestPaths.freePort(), TestPaths.freePort()) },
                 config: (_ port: Int, _ adminPort: Int) -> String) throws {
         configPath = directory + "/gateway.yaml"
         for attempt in 1... {
             let (port, adminPort) = ports()
             try config(port, adminPort).write(toFile: configPath, atomically: true, encoding: .utf8)
-            let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath],
+            let process = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["serve", "--config", configPath] + arguments,
                                        environment: environment)
             if process.waitForLine(timeout: 15, where: { $0.contains("\"event\":\"listening\"") }) != nil {
                 (self.port, self.adminPort, self.process) = (port, adminPort, process)
