@@ -94,10 +94,13 @@ final class DocumentedCommandsTests: XCTestCase {
         XCTAssertEqual(try app.register().status, 200)
         let lines = try Self.shellLines().filter { $0.text.hasPrefix("gateway ") || $0.text.hasPrefix(".build/release/gateway ") }
         XCTAssertGreaterThanOrEqual(lines.count, 5, "the docs show gateway commands in sh blocks")
+        // The lines of one document share a working directory: one makes what the next reads (a CA, say).
+        var directories: [String: String] = [:]
         for documented in lines {
-            let directory = TestPaths.temporaryDirectory("doc-command")
+            let directory = directories[documented.file] ?? TestPaths.temporaryDirectory("doc-command")
+            directories[documented.file] = directory
             let isServe = documented.text.contains(" serve ")
-            let config = isServe ? try configOnFreePorts(in: directory) : env.gateway.configPath
+            let config = isServe ? try configOnFreePorts(in: TestPaths.temporaryDirectory("doc-serve")) : env.gateway.configPath
             let line = documented.text
                 .replacingOccurrences(of: ".build/release/gateway ", with: "gateway ")
                 .replacingOccurrences(of: #"[^\s"']*gateway\.yaml"#, with: config, options: .regularExpression)
