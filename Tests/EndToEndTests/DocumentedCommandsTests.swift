@@ -126,6 +126,7 @@ final class DocumentedCommandsTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(lines.count, 2, "the README shows curl lines against a started gateway")
         for documented in lines {
             let line = documented.text
+                .replacingOccurrences(of: #"\s+#\s.*$"#, with: "", options: .regularExpression)   // the comment, so options can follow
                 .replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:\(env.gateway.port)")
                 .replacingOccurrences(of: "127.0.0.1:9901", with: "127.0.0.1:\(env.gateway.adminPort)")
             // The status alone: a documented line that answers 404 or 5xx is drift.
