@@ -4,7 +4,7 @@ import XCTest
 
 /// What a newcomer copies from the README and docs/ runs here as printed: the shell lines of their code
 /// blocks (`gateway …` against a real Redis and a fake Apple, `curl …` against a started gateway, `make …`
-/// targets that exist), and every command `gateway help` lists answers `--help` with its usage.
+/// targets, dry-run), and every command `gateway help` lists answers `--help` with its usage.
 final class DocumentedCommandsTests: XCTestCase {
     nonisolated(unsafe) static var environment: GatewayEnvironment!
     nonisolated(unsafe) static var apple: FakeAppleServer!
@@ -148,6 +148,9 @@ final class DocumentedCommandsTests: XCTestCase {
         for documented in lines {
             let target = String(documented.text.dropFirst(5).prefix { !$0.isWhitespace })
             XCTAssertTrue(targets.contains(target), "\(documented.file): make \(target) is not a Makefile target")
+            // A dry run: the target and what it depends on resolve (running them is the suite's and bench's job).
+            let (dryRun, status) = try shell("make -n \(target)", directory: TestPaths.repository)
+            XCTAssertEqual(status, 0, "\(documented.file): make -n \(target)\n\(dryRun.lines.joined(separator: "\n"))")
         }
     }
 
