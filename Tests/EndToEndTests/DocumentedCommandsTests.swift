@@ -154,6 +154,19 @@ final class DocumentedCommandsTests: XCTestCase {
         }
     }
 
+    /// The README's config passes `check-config` as printed.
+    func testTheReadmesConfigIsValid() throws {
+        let readme = try String(contentsOfFile: TestPaths.repository + "/README.md", encoding: .utf8)
+        let blocks = readme.components(separatedBy: "```yaml\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }
+        XCTAssertFalse(blocks.isEmpty, "the README shows a gateway.yaml")
+        for (index, yaml) in blocks.enumerated() {
+            let path = TestPaths.temporaryDirectory("readme-yaml") + "/gateway-\(index).yaml"
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            let check = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["check-config", path])
+            XCTAssertEqual(check.waitForExit(timeout: 20), 0, "\(yaml)\n\(check.lines.joined(separator: "\n"))")
+        }
+    }
+
     /// Each command of `gateway help` answers `gateway <command> --help` with its own usage on stdout, exit 0.
     func testEveryCommandGatewayHelpListsPrintsItsUsage() throws {
         let help = try ChildProcess(executable: TestPaths.gatewayBinary, arguments: ["help"])
