@@ -38,14 +38,10 @@ final class DocumentedCommandsTests: XCTestCase {
         let text: String
     }
 
-    static let documents = ["README.md", "bench/README.md"]
-        + ((try? FileManager.default.contentsOfDirectory(atPath: TestPaths.repository + "/docs")) ?? [])
-            .filter { $0.hasSuffix(".md") }.sorted().map { "docs/" + $0 }
-
     /// Lines of ```sh / bash / console / shell blocks; `\` continuations joined, a leading `$ ` dropped.
     static func shellLines() throws -> [DocumentedLine] {
         var found: [DocumentedLine] = []
-        for file in documents {
+        for file in TestPaths.documentation {
             let text = try String(contentsOfFile: TestPaths.repository + "/" + file, encoding: .utf8)
             var inShell = false, inBlock = false, pending = ""
             for line in text.split(separator: "\n", omittingEmptySubsequences: false) {

@@ -6,9 +6,8 @@ import XCTest
 /// The prose of README.md and docs/*.md against the two ways it drifted: a merge that kept both versions
 /// of a passage, and counts that went stale.
 final class DocsProseTests: XCTestCase {
-    static let files = ["README.md"]
-        + ((try? FileManager.default.contentsOfDirectory(atPath: TestPaths.repository + "/docs")) ?? [])
-            .filter { $0.hasSuffix(".md") }.sorted().map { "docs/" + $0 }
+    /// The pre-stop hook reads README.md and docs/*.md; bench/README.md, which took the README's history, too.
+    static let files = TestPaths.documentation
 
     func text(_ file: String) throws -> String {
         try String(contentsOfFile: TestPaths.repository + "/" + file, encoding: .utf8)
@@ -60,7 +59,7 @@ final class DocsProseTests: XCTestCase {
     /// Markdown file, a heading of it (GitHub's anchor: lower case, punctuation dropped, spaces as hyphens).
     func testRelativeLinksReachAFileAndAHeading() throws {
         let link = try NSRegularExpression(pattern: #"\]\(([^)\s]+)\)"#)
-        for file in Self.files + ["bench/README.md"] {
+        for file in Self.files {
             let prose = try text(file).replacingOccurrences(of: #"(?s)```.*?```"#, with: "", options: .regularExpression)
             for match in link.matches(in: prose, range: NSRange(prose.startIndex..., in: prose)) {
                 let target = String(prose[Range(match.range(at: 1), in: prose)!])

@@ -91,6 +91,11 @@ public enum TestPaths {
     /// The shared test vectors next to the repository.
     public static let vectors = URL(fileURLWithPath: repository).deletingLastPathComponent().appendingPathComponent("shared/vectors").path
 
+    /// The Markdown a newcomer reads, relative to the repository: README.md, bench/README.md and docs/*.md.
+    public static let documentation = ["README.md", "bench/README.md"]
+        + ((try? FileManager.default.contentsOfDirectory(atPath: repository + "/docs")) ?? [])
+            .filter { $0.hasSuffix(".md") }.sorted().map { "docs/" + $0 }
+
     /// The products folder of this build (where the test bundle and the `gateway` binary are).
     public static let products: String = {
         var url = URL(fileURLWithPath: CommandLine.arguments.first { $0.hasSuffix(".xctest") } ?? CommandLine.arguments[0])
