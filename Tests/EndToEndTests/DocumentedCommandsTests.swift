@@ -13,17 +13,7 @@ final class DocumentedCommandsTests: XCTestCase {
     override class func setUp() {
         super.setUp()
         apple = try! AppleTestKey.fakeApple()
-        let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
-        try! AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        environment = try! GatewayEnvironment(apple: """
-        apple:
-          team_id: "\(AppleTestKey.teamID)"
-          key_id: "\(AppleTestKey.keyID)"
-          private_key_path: "\(keyFile)"
-          devicecheck_url: "\(apple.baseURL)"
-          attest_data_url: "\(apple.baseURL)"
-          timeout_ms: 1000
-        """)
+        environment = try! GatewayEnvironment(apple: try! GatewayEnvironment.appleSection(apple))
     }
 
     override class func tearDown() {

@@ -88,6 +88,20 @@ final class GatewayEnvironment: @unchecked Sendable {
         """
     }
 
+    /// An `apple:` section for `apple` (the fake), with the test key written to a file of its own.
+    static func appleSection(_ apple: FakeAppleServer) throws -> String {
+        let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
+        try AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        return """
+        apple:
+          team_id: "\(AppleTestKey.teamID)"
+          key_id: "\(AppleTestKey.keyID)"
+          private_key_path: "\(keyFile)"
+          devicecheck_url: "\(apple.baseURL)"
+          attest_data_url: "\(apple.baseURL)"
+        """
+    }
+
     static let defaultRoutes = """
           - { path_prefix: "/secure/", upstream: echo, policy: assert, max_body_bytes: 4096 }
           - { path_prefix: "/report/", upstream: echo, policy: assert, mode: report }

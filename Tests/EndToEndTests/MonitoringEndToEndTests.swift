@@ -12,15 +12,8 @@ final class MonitoringEndToEndTests: XCTestCase {
 
     private func environment() throws -> (GatewayEnvironment, FakeAppleServer) {
         let apple = try AppleTestKey.fakeApple()
-        let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
-        try AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        let env = try GatewayEnvironment(routes: GatewayEnvironment.defaultRoutes, apple: """
-        apple:
-          team_id: "\(AppleTestKey.teamID)"
-          key_id: "\(AppleTestKey.keyID)"
-          private_key_path: "\(keyFile)"
-          devicecheck_url: "\(apple.baseURL)"
-          attest_data_url: "\(apple.baseURL)"
+        let env = try GatewayEnvironment(routes: GatewayEnvironment.defaultRoutes, apple: try GatewayEnvironment.appleSection(apple) + """
+
         server: { trusted_proxies: ["127.0.0.1", "10.0.0.0/8"] }
         """,
                                          appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]")
