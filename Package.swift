@@ -66,7 +66,7 @@ let package = Package(
 
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
         .target(name: "TestSupport", dependencies: ["AssertionCheck"], path: "Tests/Support"),
-        .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator"]),
+        .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",

@@ -628,3 +628,62 @@ public final class RSAPublicKey: @unchecked Sendable {
         return valid
     }
 }
+
+// MARK: - AES-256 (Play Integrity's JWE: A256KW key wrap, A256GCM content)
+
+/// The two AES-256 operations that decrypting a JWE with `alg` A256KW and `enc` A256GCM needs (RFC 7518 §4.4, §5.3), each
+/// on an EVP_CIPHER_CTX owned for the call. Both answer nil rather than throw: the caller knows which step
+/// of the token failed, and OpenSSL's words would say nothing more to a client.
+public enum AES256 {
+    public static let keyBytes = 32
+    public static let gcmIVBytes = 12
+    public static let gcmTagBytes = 16
+
+    /// RFC 3394 key unwrap with the default IV: nil when `kek` is not 32 bytes, `wrapped` is not a whole
+    /// number of 8-byte blocks (at least 3), or the integrity check fails (the wrong key, or altered bytes).
+    public static func unwrapKey(_ wrapped: [UInt8], kek: [UInt8]) -> [UInt8]? {
+        guard kek.count == keyBytes, wrapped.count >= 24, wrapped.count % 8 == 0 else { return nil }
+        return withContext { context in
+            // OpenSSL refuses the wrap modes through EVP unless the caller says it means them.
+            EVP_CIPHER_CTX_set_flags(context, Int32(EVP_CIPHER_CTX_FLAG_WRAP_ALLOW))
+            guard EVP_DecryptInit_ex(context, EVP_aes_256_wrap(), nil, kek, nil) == 1 else { return nil }
+            var output = [UInt8](repeating: 0, count: wrapped.count + 8)
+            var length: Int32 = 0
+            var finalLength: Int32 = 0
+            var tail = [UInt8](repeating: 0, count: 32)
+            guard EVP_DecryptUpdate(context, &output, &length, wrapped, Int32(wrapped.count)) == 1,
+                  EVP_DecryptFinal_ex(context, &tail, &finalLength) == 1,
+                  Int(length + finalLength) == wrapped.count - 8 else { return nil }
+            return Array(output.prefix(Int(length))) + tail.prefix(Int(finalLength))
+        }
+    }
+
+    /// AES-256-GCM with a 96-bit IV and a 128-bit tag: the plaintext, or nil when the tag does not verify
+    /// over `aad` and `ciphertext` under `key` (or a size is wrong).
+    public static func gcmDecrypt(_ ciphertext: [UInt8], key: [UInt8], iv: [UInt8], aad: [UInt8], tag: [UInt8]) -> [UInt8]? {
+        guard key.count == keyBytes, iv.count == gcmIVBytes, tag.count == gcmTagBytes, ciphertext.count < Int(Int32.max) - 16 else { return nil }
+        return withContext { context in
+            var tag = tag
+            var output = [UInt8](repeating: 0, count: ciphertext.count + 16)
+            var length: Int32 = 0
+            var ignored: Int32 = 0
+            var finalLength: Int32 = 0
+            var tail = [UInt8](repeating: 0, count: 32)
+            guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, key, iv) == 1,
+                  aad.isEmpty || EVP_DecryptUpdate(context, nil, &ignored, aad, Int32(aad.count)) == 1,
+                  EVP_DecryptUpdate(context, &output, &length, ciphertext, Int32(ciphertext.count)) == 1,
+                  EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(gcmTagBytes), &tag) == 1,
+                  EVP_DecryptFinal_ex(context, &tail, &finalLength) == 1 else { return nil }
+            return Array(output.prefix(Int(length))) + tail.prefix(Int(finalLength))
+        }
+    }
+
+    private static func withContext<T>(_ body: (OpaquePointer) -> T?) -> T? {
+        guard let context = EVP_CIPHER_CTX_new() else { return nil }
+        defer {
+            EVP_CIPHER_CTX_free(context)
+            ERR_clear_error()
+        }
+        return body(context)
+    }
+}

@@ -1,7 +1,7 @@
 import COpenSSL
 import Foundation
 
-// The only file of DeviceSimulator that touches OpenSSL: every pointer is owned by one of the two types
+// The only file of DeviceSimulator that touches OpenSSL: every pointer is owned by one of the types
 // below and freed in its deinit; the rest of the module sees [UInt8], String and Swift errors.
 
 enum ECCurve: String {
@@ -71,6 +71,50 @@ final class SimKey: @unchecked Sendable {
         }
         guard status == 1 else { throw OpenSSLFailure.error("ECDSA signing") }
         return Array(signature.prefix(length))
+    }
+}
+
+/// The encrypting half of a classic Play Integrity token (Google's side, played by tests): RFC 3394 key
+/// wrap and AES-256-GCM, each on an EVP_CIPHER_CTX owned for the call.
+enum SimAES {
+    static func wrap(_ key: [UInt8], kek: [UInt8]) throws(SimulatorError) -> [UInt8] {
+        try withContext("AES key wrap") { context in
+            EVP_CIPHER_CTX_set_flags(context, Int32(EVP_CIPHER_CTX_FLAG_WRAP_ALLOW))
+            var output = [UInt8](repeating: 0, count: key.count + 16)
+            var length: Int32 = 0
+            guard kek.count == 32, EVP_EncryptInit_ex(context, EVP_aes_256_wrap(), nil, kek, nil) == 1,
+                  EVP_EncryptUpdate(context, &output, &length, key, Int32(key.count)) == 1 else { return nil }
+            return Array(output.prefix(Int(length)))
+        }
+    }
+
+    /// (ciphertext, 16-byte tag) of AES-256-GCM with a 12-byte IV.
+    static func gcmSeal(_ plaintext: [UInt8], key: [UInt8], iv: [UInt8], aad: [UInt8]) throws(SimulatorError) -> ([UInt8], [UInt8]) {
+        try withContext("AES-256-GCM encryption") { context in
+            var output = [UInt8](repeating: 0, count: plaintext.count + 16)
+            var tail = [UInt8](repeating: 0, count: 32)
+            var tag = [UInt8](repeating: 0, count: 16)
+            var length: Int32 = 0, aadLength: Int32 = 0, tailLength: Int32 = 0
+            guard key.count == 32, iv.count == 12, EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, key, iv) == 1,
+                  EVP_EncryptUpdate(context, nil, &aadLength, aad, Int32(aad.count)) == 1,
+                  EVP_EncryptUpdate(context, &output, &length, plaintext, Int32(plaintext.count)) == 1,
+                  EVP_EncryptFinal_ex(context, &tail, &tailLength) == 1,
+                  EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { return nil }
+            return (Array(output.prefix(Int(length))) + tail.prefix(Int(tailLength)), tag)
+        }
+    }
+
+    static func randomBytes(_ count: Int) throws(SimulatorError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        guard RAND_bytes(&bytes, Int32(count)) == 1 else { throw OpenSSLFailure.error("random bytes") }
+        return bytes
+    }
+
+    private static func withContext<T>(_ what: String, _ body: (OpaquePointer) -> T?) throws(SimulatorError) -> T {
+        guard let context = EVP_CIPHER_CTX_new() else { throw OpenSSLFailure.error(what) }
+        defer { EVP_CIPHER_CTX_free(context) }
+        guard let result = body(context) else { throw OpenSSLFailure.error(what) }
+        return result
     }
 }
 
