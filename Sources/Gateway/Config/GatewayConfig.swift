@@ -26,6 +26,8 @@ public struct GatewayConfig: Sendable {
     public let routes: [RouteConfig]
     /// Apple's server APIs (DeviceCheck, receipts); nil when the file has no `apple:` section.
     public let apple: AppleConfig?
+    /// Android attestation (`play_integrity:`); nil when the file has no such section.
+    public var playIntegrity: PlayIntegrityConfig? = nil
 
     /// Largest body any route may accept: bodies are held in memory.
     static let maxBodyCeiling = 256 * 1024 * 1024
@@ -101,9 +103,17 @@ public struct GatewayConfig: Sendable {
         if appAttest.token == nil, let route = routes.first(where: { $0.accept.contains(.token) }), let node = top.optional("routes") {
             node.invalid("routes[\(route.index)] accepts tokens, which need an app_attest.token section (signing_key_file)")
         }
+        let playIntegrity = PlayIntegrityConfig.read(top.optional("play_integrity"), baseDirectory: baseDirectory)
+        if playIntegrity != nil, appAttest.token == nil, let node = top.optional("play_integrity") {
+            node.invalid("mints gateway tokens, which need an app_attest.token section (signing_key_file)")
+        }
+        let methods = TokenMethod.configured(playIntegrity: playIntegrity != nil)
+        if let route = routes.first(where: { $0.tokenMethods?.contains { !methods.contains($0) } ?? false }), let node = top.optional("routes") {
+            node.invalid("routes[\(route.index)] lists token_methods play_integrity, which needs a play_integrity: section")
+        }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
                              appAttest: appAttest, server: server, hardening: hardening, clientAddress: clientAddress, log: log,
-                             upstreams: upstreams, routes: routes, apple: apple)
+                             upstreams: upstreams, routes: routes, apple: apple, playIntegrity: playIntegrity)
     }
 
     private static func readAddress(_ top: ConfigMapping, _ key: String, default fallback: ListenAddress) -> ListenAddress {

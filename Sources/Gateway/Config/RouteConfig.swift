@@ -29,6 +29,15 @@ public enum AcceptedProof: String, CaseIterable, Sendable {
     case token
 }
 
+/// How a gateway token was earned (its `amr` claim): listed by a route's `token_methods:`.
+public enum TokenMethod: String, CaseIterable, Sendable {
+    case appAttest = "app_attest"
+    case playIntegrity = "play_integrity"
+
+    /// The methods a configuration can mint: a route without `token_methods` accepts all of them.
+    static func configured(playIntegrity: Bool) -> [TokenMethod] { playIntegrity ? [.appAttest, .playIntegrity] : [.appAttest] }
+}
+
 /// `token_use:` on a route that accepts tokens: any number of times until `exp`, or once.
 public enum TokenUse: String, CaseIterable, Sendable {
     case reusable
@@ -64,6 +73,8 @@ public struct RouteConfig: Sendable, Equatable {
     public let accept: [AcceptedProof]
     /// `token_use:` (routes accepting tokens).
     public let tokenUse: TokenUse
+    /// `token_methods:` (routes accepting tokens): whose tokens are accepted; nil = every configured method.
+    public var tokenMethods: [TokenMethod]? = nil
     /// Whether `app_attest.debug_tokens` are accepted here (assert routes; true unless `allow_debug: false`).
     public var allowDebug = true
     /// This route's own upstream timeouts, each replacing the upstream's (a long chat stream next to quick calls).
@@ -126,6 +137,8 @@ extension RouteConfig {
         let tokenUse = assertOption(route, "token_use", refusal: assertOnly ?? (accept.contains(.token) ? nil : "only valid on routes whose accept lists token")) {
             $0.choice(TokenUse.self)
         } ?? .reusable
+        let tokenMethods = assertOption(route, "token_methods", refusal: assertOnly ?? (accept.contains(.token) ? nil : "only valid on routes whose accept lists token"),
+                                        readTokenMethods)
         let allowDebug = assertOption(route, "allow_debug", refusal: assertOnly) { $0.bool() } ?? true
         let timeouts = RouteTimeouts.read(route)
         let caseInsensitive = route.optional("case_insensitive")?.bool() ?? defaultCaseInsensitive
@@ -134,6 +147,7 @@ extension RouteConfig {
                            clientData: clientData, counterWindow: window, maxBodyBytes: maxBody, deviceCheck: deviceCheck,
                            rateLimit: rateLimit, accept: accept, tokenUse: tokenUse, caseInsensitive: caseInsensitive, index: index)
         config.allowDebug = allowDebug
+        config.tokenMethods = tokenMethods
         config.timeouts = timeouts
         return config
     }
@@ -151,6 +165,21 @@ extension RouteConfig {
             if accepted.contains(proof) { item.invalid("\(proof.rawValue) is listed twice") } else { accepted.append(proof) }
         }
         return accepted.isEmpty ? nil : accepted
+    }
+
+    /// `token_methods: [app_attest, play_integrity]`: non-empty, no duplicates.
+    private static func readTokenMethods(_ value: ConfigValue) -> [TokenMethod]? {
+        guard let items = value.list() else { return nil }
+        guard !items.isEmpty else {
+            value.invalid("must list app_attest, play_integrity or both (leave the key out for every configured method)")
+            return nil
+        }
+        var methods: [TokenMethod] = []
+        for item in items {
+            guard let method = item.choice(TokenMethod.self) else { continue }
+            if methods.contains(method) { item.invalid("\(method.rawValue) is listed twice") } else { methods.append(method) }
+        }
+        return methods.isEmpty ? nil : methods
     }
 
     /// `rate_limit: { requests: 30, per_seconds: 60 }`, both required.

@@ -11,6 +11,6 @@ extension GatewayConfig {
                                      token: appAttest.token, debugTokens: appAttest.debugTokens)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
                              server: server, hardening: hardening, clientAddress: clientAddress, log: log, upstreams: upstreams,
-                             routes: routes, apple: apple)
+                             routes: routes, apple: apple, playIntegrity: playIntegrity)
     }
 }

@@ -1,3 +1,4 @@
+import AssertionCheck
 import AppleServices
 
 /// The labelled series a configuration makes knowable, exported at zero from start (and after each
@@ -39,7 +40,8 @@ struct KnownSeries {
         for (reason, status) in ReasonCatalog.httpLayer {
             series.append(Request(route: "-", decision: "rejected", reason: reason, code: KnownSeries.code(status)))
         }
-        for endpoint in ReasonCatalog.allEndpoints where endpoint != .verifyDevice || apple {
+        let endpoints = ReasonCatalog.allEndpoints + (config.playIntegrity == nil ? [] : ReasonCatalog.playIntegrityEndpoints)
+        for endpoint in endpoints where endpoint != .verifyDevice || apple {
             let route = "builtin:" + endpoint.rawValue
             series.append(Request(route: route, decision: "builtin", reason: "", code: "2xx"))
             for error in ReasonCatalog.catalogue where ReasonCatalog.places(of: error).contains(.builtin(endpoint)) {
@@ -59,7 +61,7 @@ struct KnownSeries {
         var checks: Set<ReasonCatalog.Place> = [.assertion, .jsonClientData, .anyRoute, .builtin(.assertToken)]
         if rateLimited { checks.insert(.rateLimit) }
         let routesOnly = Set([GatewayError.tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .debugTokenInvalid,
-                              .debugTokenRefused].map(\.reasonCode))
+                              .debugTokenRefused, .tokenMethodRefused("")].map(\.reasonCode))
         var series = [Request(route: mint, decision: "builtin", reason: "", code: "2xx"),
                       Request(route: "builtin:" + BuiltinEndpoints.Endpoint.jwks.rawValue, decision: "builtin", reason: "", code: "2xx")]
         for error in ReasonCatalog.catalogue where !ReasonCatalog.places(of: error).isDisjoint(with: checks)
@@ -158,6 +160,12 @@ struct KnownSeries {
         updates += config.appAttest.environments.map {
             .count("gateway_tokens_minted_total", ["environment": $0.rawValue], by: 0, help: "Gateway tokens minted.")
         }
+        if config.playIntegrity != nil {
+            updates.append(.count("gateway_play_integrity_verdicts_total", ["result": "minted", "reason": ""], by: 0, help: MetricHelp.integrityVerdicts))
+            updates += IntegrityError.Reason.allCases.map {
+                .count("gateway_play_integrity_verdicts_total", ["result": "refused", "reason": $0.rawValue], by: 0, help: MetricHelp.integrityVerdicts)
+            }
+        }
         if apple { updates += appleUpdates }
         return updates
     }
@@ -193,6 +201,7 @@ enum MetricHelp {
     static let verifyDuration = "Assertion verification time (pure checks and signature)."
     static let storeDuration = "Time of the Redis commit of an assertion (one round trip)."
     static let attestations = "Attestations by result."
+    static let integrityVerdicts = "Play Integrity tokens exchanged at /play-integrity/token: minted, or refused by reason."
     static let keyCache = "Public key cache lookups."
     static let keyRecoveries = "Assertions without X-App-Attest-Key-Id whose key was recovered from the signature."
     static let appleCalls = "Calls to Apple's DeviceCheck and App Attest servers, by outcome."

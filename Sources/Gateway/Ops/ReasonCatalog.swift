@@ -43,7 +43,9 @@ enum ReasonCatalog {
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
         .tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .tokenSigningFailed(""),
         .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")), .debugTokenInvalid, .debugTokenRefused,
+        .tokenMethodRefused(""),
     ] + VerificationError.Reason.allCases.map { .verification(VerificationError($0, "")) }
+        + IntegrityError.Reason.allCases.map { .integrity(IntegrityError($0, "")) }
 
     /// Answered by the HTTP layer before the handler saw the request (decision `rejected`, route "-").
     static let httpLayer: [(reason: String, status: Int)] = [
@@ -71,20 +73,23 @@ enum ReasonCatalog {
     }
 
     static func places(of error: GatewayError) -> Set<Place> {
-        let checks: [BuiltinEndpoints.Endpoint] = [.attestChallenge, .assertChallenge, .attestVerify]
+        let checks: [BuiltinEndpoints.Endpoint] = [.attestChallenge, .assertChallenge, .attestVerify, .playIntegrityChallenge, .playIntegrityToken]
         switch error {
         case .verification(let verification): return places(of: verification.reason)
         case .assertionMissing, .badHeader, .keyUnknown, .noMatchingKey, .keyRevoked: return [.assertion]
-        case .badRequest: return [.builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice)]
+        case .badRequest: return [.builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice), .builtin(.playIntegrityToken)]
         case .badPath, .routeNotFound: return [.unrouted]
         case .bodyTooLarge, .body: return [.anyRoute]
         case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused: return [.assertion]
-        case .tokenSigningFailed: return [.builtin(.assertToken)]
+        case .tokenSigningFailed: return [.builtin(.assertToken), .builtin(.playIntegrityToken)]
+        case .tokenMethodRefused: return [.assertion]
+        case .integrity: return [.builtin(.playIntegrityToken)]
         case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
-        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused: return [.jsonClientData, .builtin(.attestVerify)]
-        case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge)]
+        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused:
+            return [.jsonClientData, .builtin(.attestVerify), .builtin(.playIntegrityToken)]
+        case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge), .builtin(.playIntegrityChallenge)]
         case .keyAlreadyRegistered: return [.builtin(.attestVerify)]
-        case .methodNotAllowed: return Set([.listedMethods, .builtin(.assertToken)] + allEndpoints.map { .builtin($0) })
+        case .methodNotAllowed: return Set([.listedMethods, .builtin(.assertToken)] + (allEndpoints + playIntegrityEndpoints).map { .builtin($0) })
         case .routeDenied: return [.denyRoute]
         case .storeUnavailable, .storeError: return Set([.assertion] + checks.map { .builtin($0) })
         case .upstreamUnavailable, .upstreamTimeout, .upstreamProtocolError: return [.forwarding]
@@ -115,6 +120,8 @@ enum ReasonCatalog {
     }
 
     static let allEndpoints: [BuiltinEndpoints.Endpoint] = [.attestChallenge, .assertChallenge, .attestVerify, .verifyDevice]
+    /// Present with a `play_integrity:` section.
+    static let playIntegrityEndpoints: [BuiltinEndpoints.Endpoint] = [.playIntegrityChallenge, .playIntegrityToken]
 
     /// Places whose failures a `mode: report` route forwards instead of refusing.
     static let reportable: Set<Place> = [.assertion, .jsonClientData, .fallback, .deviceBits, .oncePerDevice, .rateLimit, .riskDeny]

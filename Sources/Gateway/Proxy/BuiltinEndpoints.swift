@@ -14,6 +14,8 @@ import Upstream
 ///   POST {prefix}/verify-device               → {"device_token"} checked with Apple, answers the two bits
 ///   POST {prefix}/assert/token                → a signed request exchanged for a gateway token (TokenEndpoints.swift)
 ///   GET  {prefix}/.well-known/jwks.json       → the token signing keys
+///   GET  {prefix}/play-integrity/challenge    → text/plain challenge for a Play Integrity request (PlayIntegrityEndpoints.swift)
+///   POST {prefix}/play-integrity/token        → {"integrity_token","challenge"} exchanged for a gateway token
 struct BuiltinEndpoints {
     /// A registration carries a base64 attestation (≤ 64 KiB raw) and two short fields.
     static let registrationBodyLimit = 128 * 1024
@@ -29,26 +31,30 @@ struct BuiltinEndpoints {
         case verifyDevice = "/verify-device"
         case assertToken = "/assert/token"
         case jwks = "/.well-known/jwks.json"
+        case playIntegrityChallenge = "/play-integrity/challenge"
+        case playIntegrityToken = "/play-integrity/token"
 
-        var method: String { [.attestVerify, .verifyDevice, .assertToken].contains(self) ? "POST" : "GET" }
+        var method: String { [.attestVerify, .verifyDevice, .assertToken, .playIntegrityToken].contains(self) ? "POST" : "GET" }
 
         var maxBodyBytes: Int {
             switch self {
             case .attestVerify: return BuiltinEndpoints.registrationBodyLimit
             case .verifyDevice: return 32 * 1024
             case .assertToken: return BuiltinEndpoints.tokenRequestBodyLimit
-            case .attestChallenge, .assertChallenge, .jwks: return 0
+            case .playIntegrityToken: return BuiltinEndpoints.integrityRequestBodyLimit
+            case .attestChallenge, .assertChallenge, .jwks, .playIntegrityChallenge: return 0
             }
         }
     }
 
-    /// `/verify-device` exists only when the config has an `apple:` section.
+    /// `/verify-device` exists only when the config has an `apple:` section, the Play Integrity ones with `play_integrity:`.
     func endpoint(for path: String) -> Endpoint? {
         guard path.hasPrefix(runtime.config.prefix) else { return nil }
         let rest = path.dropFirst(runtime.config.prefix.count)
         guard Self.couldBeEndpoint(rest.utf8), let endpoint = Endpoint(rawValue: String(rest)) else { return nil }
         if endpoint == .verifyDevice, runtime.apple == nil { return nil }
         if endpoint == .assertToken || endpoint == .jwks, runtime.tokens == nil { return nil }
+        if endpoint == .playIntegrityChallenge || endpoint == .playIntegrityToken, runtime.config.playIntegrity == nil { return nil }
         return endpoint
     }
 
@@ -80,6 +86,11 @@ struct BuiltinEndpoints {
             return try await mintToken(request, body: body, record: record)
         case .jwks:
             return try jwks()
+        case .playIntegrityChallenge:
+            try admitChallenge(record)
+            return challengeResponse(try await runtime.challenges.codec().issue(.playIntegrity, ttlSeconds: runtime.config.appAttest.challengeTTLSeconds))
+        case .playIntegrityToken:
+            return try await exchangeIntegrityToken(request, record: record)
         }
     }
 
@@ -116,11 +127,11 @@ struct BuiltinEndpoints {
     }
 
     /// `app_attest.challenge_rate_limit`, per client address (`server.trusted_proxies` applied).
-    private func admitChallenge(_ record: RequestRecord) throws(GatewayError) {
+    func admitChallenge(_ record: RequestRecord) throws(GatewayError) {
         if let seconds = runtime.challengeLimiter?.admit(record.clientIP) { throw .challengeRateLimited(retryAfterSeconds: seconds) }
     }
 
-    private func challengeResponse(_ challenge: String) -> HTTPResponse {
+    func challengeResponse(_ challenge: String) -> HTTPResponse {
         HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain; charset=utf-8"), HTTPField("Cache-Control", "no-store")],
                      body: .bytes(Array(challenge.utf8)))
     }

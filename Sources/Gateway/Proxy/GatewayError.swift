@@ -56,6 +56,10 @@ public enum GatewayError: Error, Equatable {
     case tokenSigningFailed(String)
     case debugTokenInvalid
     case debugTokenRefused
+    /// A Play Integrity token or verdict refused at /play-integrity/token.
+    case integrity(IntegrityError)
+    /// A valid gateway token earned by a method the route's `token_methods` does not list.
+    case tokenMethodRefused(String)
 
     public var reasonCode: String {
         switch self {
@@ -100,6 +104,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenSigningFailed: return "token_signing_failed"
         case .debugTokenInvalid: return "debug_token_invalid"
         case .debugTokenRefused: return "debug_token_refused"
+        case .integrity(let error): return error.reasonCode
+        case .tokenMethodRefused: return "token_method_refused"
         }
     }
 
@@ -128,6 +134,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenSigningFailed: return 503
         case .debugTokenInvalid: return 401
         case .debugTokenRefused: return 403
+        case .integrity(let error): return error.status
+        case .tokenMethodRefused: return 403
         }
     }
 
@@ -173,6 +181,8 @@ public enum GatewayError: Error, Equatable {
         case .tokenSigningFailed: return "the gateway could not sign a token" + Self.seeLog
         case .debugTokenInvalid: return "the debug token is not one of this gateway's app_attest.debug_tokens"
         case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
+        case .integrity(let error): return error.message
+        case .tokenMethodRefused(let detail): return detail
         }
     }
 

@@ -4,13 +4,28 @@ import AttestStore
 import AssertionCheck
 import Foundation
 
+/// How a token was earned, and what that proof named.
+enum TokenOrigin: Sendable, Equatable {
+    /// An App Attest assertion of a registered key (`amr` ["app_attest"], `app`, `env`).
+    case appAttest(app: AppID, environment: AppAttestEnvironment)
+    /// A Play Integrity verdict (`amr` ["play_integrity"], `app` the package name, `device_integrity` its labels).
+    case playIntegrity(package: String, deviceIntegrity: [String])
+
+    var method: TokenMethod {
+        switch self {
+        case .appAttest: return .appAttest
+        case .playIntegrity: return .playIntegrity
+        }
+    }
+}
+
 /// What a verified gateway token says: the key it was minted for and until when.
 struct TokenClaims: Sendable {
-    /// The App Attest key id (`sub`, standard base64 as in `X-Attest-Key-Id`).
+    /// `sub`, standard base64 as in `X-Attest-Key-Id`: the App Attest key id, or for Play Integrity (whose
+    /// verdicts name no device) 32 random bytes drawn at the mint, revocable like a key id.
     let subject: String
     let keyId: [UInt8]
-    let app: AppID
-    let environment: AppAttestEnvironment
+    let origin: TokenOrigin
     let issuedAt: Int64
     let expiresAt: Int64
     /// Unique per token (`jti`, base64url of 16 random bytes): what a limited-use route spends.
@@ -18,7 +33,8 @@ struct TokenClaims: Sendable {
 }
 
 /// Mints and verifies gateway tokens: compact JWS (RFC 7515) signed with ES256 by the configured key,
-/// header `{"alg":"ES256","typ":"JWT","kid":…}`, claims `sub app env iat exp jti`. Verification needs no
+/// header `{"alg":"ES256","typ":"JWT","kid":…}`, claims `sub app amr iat exp jti` and `env` (App Attest) or
+/// `device_integrity` (Play Integrity). Verification needs no
 /// Redis: signature, expiry and the process's revocation set (`TokenRevocations`). A token seen before
 /// skips the signature check (an exact-match cache of verified tokens): a token is reused for many calls,
 /// and the ECDSA verify would otherwise be most of a token request's CPU.
@@ -56,13 +72,22 @@ final class GatewayTokens: Sendable {
         return GatewayTokens(config: token, revocations: revocations)
     }
 
-    /// A new token for a key that has just proven itself with an assertion.
-    func mint(keyId: [UInt8], app: AppID, environment: AppAttestEnvironment, now: Date = Date()) throws(GatewayError) -> String {
+    /// A new token for a key that has just proven itself with an assertion, or for a Play Integrity verdict.
+    func mint(keyId: [UInt8], origin: TokenOrigin, now: Date = Date()) throws(GatewayError) -> String {
         let key = config.signingKey
         let issuedAt = Int64(now.timeIntervalSince1970.rounded(.down))
-        // Every value is base64, an App ID (letters, digits, . -) or a number: nothing needs JSON escaping.
+        // Every value is base64, an App ID or package name (letters, digits, . - _), a verdict label
+        // (capitals and _, checked against the known labels) or a number: nothing needs JSON escaping.
         let header = #"{"alg":"ES256","typ":"JWT","kid":"\#(key.kid)"}"#
-        let claims = #"{"sub":"\#(Base64.encode(keyId))","app":"\#(app)","env":"\#(environment.rawValue)","iat":\#(issuedAt),"#
+        let proof: String
+        switch origin {
+        case .appAttest(let app, let environment):
+            proof = #""app":"\#(app)","amr":["app_attest"],"env":"\#(environment.rawValue)""#
+        case .playIntegrity(let package, let labels):
+            let known = labels.filter(IntegrityPolicy.deviceLabels.contains).map { "\"\($0)\"" }.joined(separator: ",")
+            proof = #""app":"\#(package)","amr":["play_integrity"],"device_integrity":[\#(known)]"#
+        }
+        let claims = #"{"sub":"\#(Base64.encode(keyId))",\#(proof),"iat":\#(issuedAt),"#
             + #""exp":\#(issuedAt + Int64(config.ttlSeconds)),"jti":"\#(Base64.encodeURLSafe(SecureRandom.bytes(16)))"}"#
         let signingInput = Base64.encodeURLSafe(Array(header.utf8)) + "." + Base64.encodeURLSafe(Array(claims.utf8))
         do throws(VerificationError) {
@@ -115,15 +140,24 @@ final class GatewayTokens: Sendable {
             throw .tokenInvalid("the signature does not verify")
         }
         guard let payload = jsonObject(payloadBytes), let subject = payload["sub"] as? String,
-              let keyId = Base64.decode(subject), keyId.count == 32,
-              let app = (payload["app"] as? String).flatMap(AppID.init), let environmentName = payload["env"] as? String,
-              let environment = AppAttestEnvironment(rawValue: environmentName),
+              let keyId = Base64.decode(subject), keyId.count == 32, let origin = origin(of: payload),
               let issuedAt = integer(payload["iat"]), let expiresAt = integer(payload["exp"]),
               let tokenId = payload["jti"] as? String, !tokenId.isEmpty, tokenId.utf8.count <= 64 else {
-            throw .tokenInvalid("the claims are not sub, app, env, iat, exp, jti as the gateway mints them")
+            throw .tokenInvalid("the claims are not sub, app, amr, env or device_integrity, iat, exp, jti as the gateway mints them")
         }
-        return TokenClaims(subject: Base64.encode(keyId), keyId: keyId, app: app, environment: environment,
-                           issuedAt: issuedAt, expiresAt: expiresAt, tokenId: tokenId)
+        return TokenClaims(subject: Base64.encode(keyId), keyId: keyId, origin: origin, issuedAt: issuedAt, expiresAt: expiresAt, tokenId: tokenId)
+    }
+
+    /// `amr` names the method; tokens minted before `amr` existed are App Attest ones.
+    private static func origin(of payload: [String: Any]) -> TokenOrigin? {
+        guard let app = payload["app"] as? String else { return nil }
+        let methods = payload["amr"].map { $0 as? [String] }
+        if methods == nil || methods == [TokenMethod.appAttest.rawValue] {
+            guard let appID = AppID(app), let environment = (payload["env"] as? String).flatMap(AppAttestEnvironment.init) else { return nil }
+            return .appAttest(app: appID, environment: environment)
+        }
+        guard methods == [TokenMethod.playIntegrity.rawValue], let labels = payload["device_integrity"] as? [String] else { return nil }
+        return .playIntegrity(package: app, deviceIntegrity: labels)
     }
 
     private static func jsonObject(_ bytes: [UInt8]) -> [String: Any]? {

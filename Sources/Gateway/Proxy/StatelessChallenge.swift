@@ -9,13 +9,15 @@ import Foundation
 enum ChallengeKind: UInt8, Sendable {
     case attest = 1
     case assert = 2
+    /// Echoed as a Play Integrity request's `nonce` (classic) or `requestHash` (standard).
+    case playIntegrity = 3
 }
 
 /// Self-authenticating challenges: issuing one writes nothing anywhere. A challenge is
 ///
 ///     base64url(version ‖ kind ‖ expiry ‖ nonce ‖ HMAC-SHA256(secret, domain ‖ version ‖ kind ‖ expiry ‖ nonce [‖ key id]))
 ///
-/// with version 1, kind 1 (attest) or 2 (assert), bit 0x80 of the kind byte set when it was issued for one
+/// with version 1, kind 1 (attest), 2 (assert) or 3 (Play Integrity), bit 0x80 of the kind byte set when it was issued for one
 /// key id (`/assert/challenge?key_id=`, the key id then enters the MAC), expiry in Unix seconds (4 bytes,
 /// big-endian) and 16 random bytes: 54 bytes, 72 ASCII characters. Single use is enforced where it is
 /// spent (`AttestStore.commitAssertion`, `spendChallenge`), which remembers the nonce until the expiry.
@@ -74,8 +76,7 @@ struct ChallengeCodec: Sendable {
         }
         guard text.utf8.count == encodedLength, let bytes = Base64.decode(text),
               bytes.count == headerBytes + macBytes, bytes[0] == version else { return nil }
-        let kind = bytes[1] & ~boundFlag
-        return kind == ChallengeKind.attest.rawValue || kind == ChallengeKind.assert.rawValue ? bytes : nil
+        return ChallengeKind(rawValue: bytes[1] & ~boundFlag) == nil ? nil : bytes
     }
 }
 

@@ -21,7 +21,7 @@ extension BuiltinEndpoints {
                               apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
                               challenges: runtime.challenges)
         let passed = try await gate.check(request, body: body, decodedPath: path, route: route, record: record)
-        let token = try tokens.mint(keyId: passed.keyId, app: passed.appID, environment: passed.environment)
+        let token = try tokens.mint(keyId: passed.keyId, origin: .appAttest(app: passed.appID, environment: passed.environment))
         metrics.increment("gateway_tokens_minted_total", ["environment": passed.environment.rawValue], help: "Gateway tokens minted.")
         let body = #"{"token":"\#(token)","expires_in":\#(tokens.config.ttlSeconds)}"#
         return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json"), HTTPField("Cache-Control", "no-store")],

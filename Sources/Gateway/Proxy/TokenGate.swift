@@ -10,7 +10,8 @@ struct ProvenKey {
     let keyId: [UInt8]
     /// The receipt risk metric stored for the key (assertions only: a token carries none).
     let riskMetric: Int?
-    /// `assertion` or `token`: the upstream's `X-Attest-Method`, the log's `attest_method`.
+    /// `assertion`, `token` (an App Attest token) or `play_integrity` (a token minted for a verdict): the
+    /// upstream's `X-Attest-Method`.
     let method: String
 
     var keyIdBase64: String { Base64.encode(keyId) }
@@ -24,8 +25,7 @@ extension AssertRoute {
         if route.accept.contains(.token), carriesToken || !route.accept.contains(.assertion) {
             record.attestMethod = "token"
             guard let tokens = runtime.tokens else { throw .tokenInvalid("this gateway has no app_attest.token section") }
-            return try await TokenGate(tokens: tokens, store: runtime.store, apps: runtime.config.appAttest.apps,
-                                       environments: runtime.config.appAttest.environments).check(request, route: route, record: record)
+            return try await TokenGate(tokens: tokens, store: runtime.store, config: runtime.config).check(request, route: route, record: record)
         }
         record.attestMethod = "assertion"
         if carriesToken, !AssertRoute.carriesAssertionHeaders(request) {
@@ -43,14 +43,14 @@ extension AssertRoute {
     }
 }
 
-/// The checks of a token request: the token itself (signature, `exp`), the app and environment against
-/// the configuration in force, the revocation set — all in process — then, only on routes with
+/// The checks of a token request: the token itself (signature, `exp`), the app and environment (or the
+/// package) against the configuration in force, the route's `token_methods`, the revocation set — all in
+/// process — then, only on routes with
 /// `token_use: limited` or a `rate_limit`, one Redis script on the key's slot.
 struct TokenGate {
     let tokens: GatewayTokens
     let store: AttestStore
-    let apps: [AppID]
-    let environments: [AppAttestEnvironment]
+    let config: GatewayConfig
 
     func check(_ request: HTTPRequest, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
         let start = DispatchTime.now().uptimeNanoseconds
@@ -60,10 +60,21 @@ struct TokenGate {
         let now = Date()
         let claims = try tokens.verify(token, now: KeyRecord.seconds(now))
         record.keyId = claims.subject
-        // Like assertions: an app or environment removed from the config stops working at once.
-        guard apps.contains(claims.app) else { throw .tokenInvalid("minted for \(claims.app), which is no longer configured") }
-        guard environments.contains(claims.environment) else {
-            throw .tokenInvalid("minted for a \(claims.environment.rawValue) key, which is no longer accepted")
+        // Like assertions: an app, environment or package removed from the config stops working at once.
+        switch claims.origin {
+        case .appAttest(let app, let environment):
+            guard config.appAttest.apps.contains(app) else { throw .tokenInvalid("minted for \(app), which is no longer configured") }
+            guard config.appAttest.environments.contains(environment) else {
+                throw .tokenInvalid("minted for a \(environment.rawValue) key, which is no longer accepted")
+            }
+        case .playIntegrity(let package, _):
+            guard config.playIntegrity?.packageNames.contains(package) == true else {
+                throw .tokenInvalid("minted for \(package.prefix(128)), which is not in play_integrity.package_names")
+            }
+        }
+        let method = claims.origin.method
+        guard route.tokenMethods?.contains(method) ?? true else {
+            throw .tokenMethodRefused("this route accepts tokens earned by \(route.tokenMethods?.map(\.rawValue).joined(separator: ", ") ?? ""), not \(method.rawValue)")
         }
         guard try !tokens.revocations.isRevoked(claims.keyId) else { throw .tokenRevoked }
         record.verifyMs = RequestRecord.milliseconds(since: start)
@@ -83,6 +94,6 @@ struct TokenGate {
             case .rateLimited(let milliseconds): throw .rateLimited(retryAfterSeconds: max(1, (milliseconds + 999) / 1000))
             }
         }
-        return ProvenKey(keyId: claims.keyId, riskMetric: nil, method: "token")
+        return ProvenKey(keyId: claims.keyId, riskMetric: nil, method: method == .playIntegrity ? "play_integrity" : "token")
     }
 }

@@ -1,0 +1,83 @@
+import AssertionCheck
+import Foundation
+import HTTPServer
+import Upstream
+
+/// The Play Integrity exchange, present when the config has `play_integrity:` (and so `app_attest.token`):
+///   GET  {prefix}/play-integrity/challenge  → a challenge of its own kind, passed by the app as the request's
+///                                            `nonce` (classic) or `requestHash` (standard)
+///   POST {prefix}/play-integrity/token      → {"integrity_token","challenge"} → {"token","expires_in"}
+extension BuiltinEndpoints {
+    /// A token of at most 16 KiB and a 72-character challenge, in JSON.
+    static let integrityRequestBodyLimit = 32 * 1024
+
+    /// Checks the challenge (MAC, kind, expiry), obtains the verdict, judges it, and only then spends the
+    /// challenge (the one write: a refused token leaves nothing in Redis) and signs a token.
+    func exchangeIntegrityToken(_ request: HTTPRequest, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
+        guard let play = runtime.config.playIntegrity, let tokens = runtime.tokens else { throw .routeNotFound }
+        record.attestMethod = "play_integrity"
+        let exchange = try IntegrityExchange(request.body)
+        let challenge = try await runtime.challenges.codec().check(exchange.challenge, kind: .playIntegrity, keyId: nil)
+        let start = DispatchTime.now().uptimeNanoseconds
+        let verdict: IntegrityVerdict
+        do {
+            let (payload, binding) = try verdictPayload(exchange.integrityToken, config: play)
+            verdict = try IntegrityVerdict(json: payload)
+            try play.policy(clockSkewSeconds: tokens.config.clockSkewSeconds).judge(verdict, challenge: exchange.challenge, binding: binding, now: Date())
+        } catch {
+            metrics.increment("gateway_play_integrity_verdicts_total", ["result": "refused", "reason": error.reasonCode], help: MetricHelp.integrityVerdicts)
+            throw .integrity(error)
+        }
+        record.verifyMs = RequestRecord.milliseconds(since: start)
+        let spent: Bool
+        do {
+            spent = try await runtime.store.spendChallenge(challenge)
+        } catch {
+            throw GatewayError(error)
+        }
+        guard spent else { throw .challengeReused }
+        // The verdict names no device: the token's subject is drawn here, so a revocation can still name it.
+        let subject = SecureRandom.bytes(32)
+        record.keyId = Base64.encode(subject)
+        let token = try tokens.mint(keyId: subject, origin: .playIntegrity(package: verdict.requestPackageName,
+                                                                            deviceIntegrity: verdict.deviceRecognitionVerdict))
+        metrics.increment("gateway_play_integrity_verdicts_total", ["result": "minted", "reason": ""], help: MetricHelp.integrityVerdicts)
+        let body = #"{"token":"\#(token)","expires_in":\#(tokens.config.ttlSeconds)}"#
+        return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json"), HTTPField("Cache-Control", "no-store")],
+                            body: .bytes(Array(body.utf8)))
+    }
+
+    /// The verdict JSON and how it echoes the challenge: a classic token (compact JWE) is decrypted here
+    /// with the Console keys.
+    private func verdictPayload(_ token: String, config: PlayIntegrityConfig) throws(IntegrityError) -> ([UInt8], IntegrityPolicy.Binding) {
+        if IntegrityToken.isCompactJWE(token), let keys = config.localKeys {
+            return (try IntegrityToken.decrypt(token, keys: keys), .nonce)
+        }
+        throw IntegrityError(.tokenMalformed, config.localKeys == nil
+            ? "this gateway has no decryption_key_file and verification_key_file to read classic tokens"
+            : "not a classic token (a compact JWE); standard tokens need play_integrity.service_account_file")
+    }
+}
+
+/// The JSON body of POST /play-integrity/token.
+struct IntegrityExchange {
+    let integrityToken: String
+    let challenge: String
+
+    init(_ body: [UInt8]) throws(GatewayError) {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] else {
+            throw .badRequest("body must be a JSON object {\"integrity_token\": \"…\", \"challenge\": \"…\"}")
+        }
+        guard let token = object["integrity_token"] as? String, !token.isEmpty else {
+            throw .badRequest("\"integrity_token\" is missing or not a string")
+        }
+        guard token.utf8.count <= IntegrityToken.maxBytes else {
+            throw .integrity(IntegrityError(.tokenMalformed, "longer than \(IntegrityToken.maxBytes) bytes"))
+        }
+        guard let challenge = object["challenge"] as? String, !challenge.isEmpty else {
+            throw .badRequest("\"challenge\" is missing or not a string (GET /play-integrity/challenge)")
+        }
+        integrityToken = token
+        self.challenge = challenge
+    }
+}
