@@ -49,12 +49,14 @@ public enum CheckConfigCommand {
 }
 
 /// `gateway keys show|revoke KEY_ID --config FILE [--reason TEXT]`: the stored key records.
+/// `gateway keys revoke SUB --token-subject --config FILE`: the tokens minted for one Play Integrity verdict
+/// (their `sub`), which has no key record.
 public enum KeysCommand {
-    public static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT]"
+    public static let usage = "usage: gateway keys show|revoke <key_id> --config gateway.yaml [--reason TEXT] | revoke <sub> --token-subject --config gateway.yaml"
 
     public static func run(_ arguments: [String]) -> Int32 {
         do {
-            var options = try Arguments(arguments)
+            var options = try Arguments(arguments, flagNames: ["token-subject"])
             guard options.positionals.count == 2, let action = options.positionals.first, ["show", "revoke"].contains(action) else {
                 throw UsageError("expected show or revoke and a key id")
             }
@@ -63,10 +65,13 @@ public enum KeysCommand {
             }
             let path = try options.required("config")
             let reason = try options.optional("reason") ?? "revoked by operator"
+            let subjectOnly = options.flag("token-subject")
             try options.rejectUnknown()
+            if subjectOnly, action != "revoke" { throw UsageError("--token-subject goes with revoke") }
             let config: GatewayConfig
             do { config = try GatewayConfig.load(path: path) } catch { throw UsageError("\(path): \(error)") }
             let store = try GatewayRuntime.makeStore(config.redis)
+            if subjectOnly { return try revokeSubject(keyId, store: store) }
             return action == "show" ? try show(keyId, store: store) : try revoke(keyId, reason: reason, store: store)
         } catch let error as UsageError {
             FileHandle.standardError.write(Data("gateway keys: \(error)\n\(usage)\n".utf8))
@@ -103,6 +108,13 @@ public enum KeysCommand {
         // The record stops assertions and new tokens; the announcement stops tokens already minted.
         try store.announceRevocation(keyId: keyId)
         print(JSONOutput.line(["key_id": Base64.encode(keyId), "revoked": true, "reason": reason]))
+        return 0
+    }
+
+    /// No record to mark: the announcement alone stops the subject's tokens (they live at most a day).
+    private static func revokeSubject(_ subject: [UInt8], store: AttestStore) throws -> Int32 {
+        try store.announceRevocation(keyId: subject)
+        print(JSONOutput.line(["token_subject": Base64.encode(subject), "revoked": true]))
         return 0
     }
 }
