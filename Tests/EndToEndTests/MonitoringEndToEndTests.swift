@@ -1,4 +1,5 @@
 import AssertionCheck
+import DeviceSimulator
 import Foundation
 import TestSupport
 import Upstream
@@ -12,11 +13,15 @@ final class MonitoringEndToEndTests: XCTestCase {
 
     private func environment() throws -> (GatewayEnvironment, FakeAppleServer) {
         let apple = try AppleTestKey.fakeApple()
+        // Every optional section, so every metric family is exported: tokens and Play Integrity too.
+        let tokens = try TokenKeys()
+        let play = try PlayIntegrityTokenMaker().writeKeys(to: tokens.directory)
         let env = try GatewayEnvironment(routes: GatewayEnvironment.defaultRoutes, apple: try GatewayEnvironment.appleSection(apple) + """
 
         server: { trusted_proxies: ["127.0.0.1", "10.0.0.0/8"] }
+        play_integrity: { package_names: [com.example.android], decryption_key_file: "\(play.decryption)", verification_key_file: "\(play.verification)" }
         """,
-                                         appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]")
+                                         appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]\n" + tokens.section())
         return (env, apple)
     }
 

@@ -1,3 +1,4 @@
+import DeviceSimulator
 import Foundation
 @testable import Gateway
 import TestSupport
@@ -7,7 +8,7 @@ import XCTest
 /// docs/configuration.md, the reference table of docs/operations.md — and the three must agree, and the
 /// example must be a configuration the gateway accepts (unknown keys are errors, so every key in it exists).
 final class DocumentedConfigKeysTests: XCTestCase {
-    static let sections = ["redis", "app_attest", "server", "log", "apple"]
+    static let sections = ["redis", "app_attest", "server", "log", "apple", "play_integrity"]
 
     private func text(_ file: String) throws -> String {
         try String(contentsOfFile: TestPaths.repository + "/docs/" + file, encoding: .utf8)
@@ -31,10 +32,15 @@ final class DocumentedConfigKeysTests: XCTestCase {
         generate.arguments = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", directory + "/token-old.pem"]
         try generate.run()
         generate.waitUntilExit()
+        let play = try PlayIntegrityTokenMaker().writeKeys(to: directory)
+        try FileManager.default.moveItem(atPath: play.decryption, toPath: directory + "/play-decryption.key")
+        try FileManager.default.moveItem(atPath: play.verification, toPath: directory + "/play-verification.key")
+        try "{}".write(toFile: directory + "/play-service-account.json", atomically: true, encoding: .utf8)
         let config = try GatewayConfig.parse(yaml: try example(), baseDirectory: directory)
         XCTAssertFalse(config.clientAddress.trustedProxies.isEmpty, "the example shows server.trusted_proxies")
         XCTAssertFalse(config.appAttest.debugTokens.isEmpty, "the example shows every key, debug_tokens included")
         XCTAssertTrue(config.routes.contains { !$0.allowDebug })
+        XCTAssertNotNil(config.playIntegrity?.localKeys, "the example shows the play_integrity section")
     }
 
     func testEverySectionKeyIsDocumentedInAllThreePlaces() throws {
