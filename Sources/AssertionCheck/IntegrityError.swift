@@ -2,6 +2,13 @@
 /// HTTP error bodies and metrics reuse; `message` is for humans and may change.
 public struct IntegrityError: Error, Equatable, Sendable, CustomStringConvertible {
     public enum Reason: String, CaseIterable, Sendable {
+        /// The challenge sent with the token is not one this gateway issued (malformed, another secret).
+        case challengeInvalid = "integrity_challenge_invalid"
+        /// An App Attest challenge (attestation or assertion) sent to the Play Integrity exchange.
+        case challengeWrongKind = "integrity_challenge_wrong_kind"
+        case challengeExpired = "integrity_challenge_expired"
+        /// The challenge was already exchanged for a token (spent once, in Redis).
+        case challengeReused = "integrity_challenge_reused"
         /// Not a compact JWE as Play makes them: segments, base64url, header (`alg` A256KW, `enc` A256GCM), sizes.
         case tokenMalformed = "integrity_token_malformed"
         /// The content key does not unwrap with the decryption key, or the GCM tag does not verify.
@@ -42,7 +49,8 @@ public struct IntegrityError: Error, Equatable, Sendable, CustomStringConvertibl
     /// Proof failures (the token is not what it claims) are 401; a genuine verdict that says no is 403.
     public var status: Int {
         switch reason {
-        case .tokenMalformed, .undecryptable, .signatureInvalid, .payloadInvalid, .nonceMismatch, .tokenTooOld, .tokenFromFuture: return 401
+        case .challengeInvalid, .challengeWrongKind, .challengeExpired, .challengeReused,
+             .tokenMalformed, .undecryptable, .signatureInvalid, .payloadInvalid, .nonceMismatch, .tokenTooOld, .tokenFromFuture: return 401
         case .packageNotAllowed, .certificateNotAllowed, .appNotRecognized, .deviceNotTrusted, .unlicensed: return 403
         }
     }

@@ -111,8 +111,8 @@ final class PlayIntegrityTests: XCTestCase {
         XCTAssertEqual(refused.error, "token_method_refused")
 
         let again = try exchange(maker.classicToken(verdict(challenge)), challenge: challenge)
-        XCTAssertEqual(again.status, 409, again.text)
-        XCTAssertEqual(again.error, "challenge_reused", "a challenge is spent once")
+        XCTAssertEqual(again.status, 401, again.text)
+        XCTAssertEqual(again.error, "integrity_challenge_reused", "a challenge is spent once")
     }
 
     func testAppAttestTokensAreRefusedWhereOnlyPlayIntegrityIsAccepted() throws {
@@ -178,16 +178,21 @@ final class PlayIntegrityTests: XCTestCase {
     func testChallengesOfAnotherKindOrIssuerOrExpiredAreRefused() throws {
         let token = { (challenge: String) in try self.maker.classicToken(self.verdict(challenge)) }
         let assertChallenge = try env.request("GET", "/assert/challenge").text
-        XCTAssertEqual(try exchange(token(assertChallenge), challenge: assertChallenge).error, "challenge_wrong_kind")
+        XCTAssertEqual(try exchange(token(assertChallenge), challenge: assertChallenge).error, "integrity_challenge_wrong_kind")
         let foreign = Self.craftChallenge(secret: Array(String(repeating: "o", count: 40).utf8), expiry: Date().addingTimeInterval(60))
-        XCTAssertEqual(try exchange(token(foreign), challenge: foreign).error, "challenge_invalid")
+        XCTAssertEqual(try exchange(token(foreign), challenge: foreign).error, "integrity_challenge_invalid")
         let expired = Self.craftChallenge(secret: Self.secret, expiry: Date().addingTimeInterval(-1))
         let reply = try exchange(token(expired), challenge: expired)
-        XCTAssertEqual(reply.status, 409, reply.text)
-        XCTAssertEqual(reply.error, "challenge_expired")
+        XCTAssertEqual(reply.status, 401, reply.text)
+        XCTAssertEqual(reply.error, "integrity_challenge_expired")
         let valid = Self.craftChallenge(secret: Self.secret, expiry: Date().addingTimeInterval(60))
         XCTAssertEqual(try exchange(token(valid), challenge: valid).status, 200, "the crafted format is the gateway's")
-        XCTAssertEqual(try exchange(token("garbage"), challenge: "garbage").error, "challenge_invalid")
+        XCTAssertEqual(try exchange(token("garbage"), challenge: "garbage").error, "integrity_challenge_invalid")
+        // And the other way round: a Play Integrity challenge is not an assertion challenge.
+        let app = try env.app()
+        XCTAssertEqual(try app.register().status, 200)
+        let signed = try app.signed("POST", "/tok/x", challenge: try challenge())
+        XCTAssertEqual(try app.send(signed).error, "challenge_wrong_kind")
     }
 
     func testLimitedUseAndRevocationApplyToPlayIntegrityTokens() throws {
@@ -218,7 +223,7 @@ final class PlayIntegrityTests: XCTestCase {
         for line in [#"gateway_play_integrity_verdicts_total{result="minted",reason=""}"#,
                      #"gateway_play_integrity_verdicts_total{result="refused",reason="integrity_signature_invalid"}"#,
                      #"gateway_requests_total{route="builtin:/play-integrity/token",decision="denied",reason="integrity_token_undecryptable",code="4xx"}"#,
-                     #"gateway_requests_total{route="builtin:/play-integrity/token",decision="denied",reason="challenge_reused",code="4xx"}"#,
+                     #"gateway_requests_total{route="builtin:/play-integrity/token",decision="denied",reason="integrity_challenge_reused",code="4xx"}"#,
                      #"gateway_requests_total{route="builtin:/play-integrity/challenge",decision="builtin",reason="",code="2xx"}"#,
                      #"gateway_requests_total{route="/android-only/",decision="denied",reason="token_method_refused",code="4xx"}"#] {
             XCTAssertTrue(metrics.contains(line), "\(line) missing")

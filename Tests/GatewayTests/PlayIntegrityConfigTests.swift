@@ -121,6 +121,17 @@ final class PlayIntegrityConfigTests: XCTestCase {
         }
     }
 
+    /// operations.md has a row for each code the exchange and token routes can answer, with its status.
+    func testEveryReasonCodeIsDocumentedWithItsStatus() throws {
+        let operations = try String(contentsOfFile: TestPaths.repository + "/docs/operations.md", encoding: .utf8)
+        let rows = operations.split(separator: "\n").filter { $0.hasPrefix("| `") }
+        let errors = IntegrityError.Reason.allCases.map { GatewayError.integrity(IntegrityError($0, "")) } + [.tokenMethodRefused("")]
+        for error in errors {
+            XCTAssertTrue(rows.contains { $0.contains("`\(error.reasonCode)`") && $0.contains("| \(error.status) |") },
+                          "docs/operations.md: no row for \(error.reasonCode) with \(error.status)")
+        }
+    }
+
     func testKeyFilesAreNeverQuoted() {
         let found = issues(yaml("package_names: [com.example.app]\n  decryption_key_file: verification.key\n  verification_key_file: verification.key"))
         let key = (try? String(contentsOfFile: Self.directory + "/verification.key", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"

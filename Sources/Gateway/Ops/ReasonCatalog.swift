@@ -85,8 +85,7 @@ enum ReasonCatalog {
         case .tokenMethodRefused: return [.assertion]
         case .integrity: return [.builtin(.playIntegrityToken)]
         case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
-        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused:
-            return [.jsonClientData, .builtin(.attestVerify), .builtin(.playIntegrityToken)]
+        case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused: return [.jsonClientData, .builtin(.attestVerify)]
         case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge), .builtin(.playIntegrityChallenge)]
         case .keyAlreadyRegistered: return [.builtin(.attestVerify)]
         case .methodNotAllowed: return Set([.listedMethods, .builtin(.assertToken)] + (allEndpoints + playIntegrityEndpoints).map { .builtin($0) })

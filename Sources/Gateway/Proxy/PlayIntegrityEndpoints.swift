@@ -1,4 +1,5 @@
 import AssertionCheck
+import AttestStore
 import Foundation
 import HTTPServer
 import Upstream
@@ -11,21 +12,44 @@ extension BuiltinEndpoints {
     /// A token of at most 16 KiB and a 72-character challenge, in JSON.
     static let integrityRequestBodyLimit = 32 * 1024
 
+    /// Counts every outcome: minted, or refused with an `integrity_*` code.
+    func exchangeIntegrityToken(_ request: HTTPRequest, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
+        guard runtime.config.playIntegrity != nil, let tokens = runtime.tokens else { throw .routeNotFound }
+        record.attestMethod = "play_integrity"
+        let token: String
+        do throws(GatewayError) {
+            token = try await mintForVerdict(request, tokens: tokens, record: record)
+        } catch {
+            if case .integrity(let refusal) = error {
+                metrics.increment("gateway_play_integrity_verdicts_total", ["result": "refused", "reason": refusal.reasonCode],
+                                  help: MetricHelp.integrityVerdicts)
+            }
+            throw error
+        }
+        metrics.increment("gateway_play_integrity_verdicts_total", ["result": "minted", "reason": ""], help: MetricHelp.integrityVerdicts)
+        let body = #"{"token":"\#(token)","expires_in":\#(tokens.config.ttlSeconds)}"#
+        return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json"), HTTPField("Cache-Control", "no-store")],
+                            body: .bytes(Array(body.utf8)))
+    }
+
     /// Checks the challenge (MAC, kind, expiry), obtains the verdict, judges it, and only then spends the
     /// challenge (the one write: a refused token leaves nothing in Redis) and signs a token.
-    func exchangeIntegrityToken(_ request: HTTPRequest, record: RequestRecord) async throws(GatewayError) -> HTTPResponse {
-        guard let play = runtime.config.playIntegrity, let tokens = runtime.tokens else { throw .routeNotFound }
-        record.attestMethod = "play_integrity"
+    private func mintForVerdict(_ request: HTTPRequest, tokens: GatewayTokens, record: RequestRecord) async throws(GatewayError) -> String {
+        guard let play = runtime.config.playIntegrity else { throw .routeNotFound }
         let exchange = try IntegrityExchange(request.body)
-        let challenge = try await runtime.challenges.codec().check(exchange.challenge, kind: .playIntegrity, keyId: nil)
+        let challenge: ChallengeUse
+        do throws(GatewayError) {
+            challenge = try await runtime.challenges.codec().check(exchange.challenge, kind: .playIntegrity, keyId: nil)
+        } catch {
+            throw Self.integrityChallengeError(error)
+        }
         let start = DispatchTime.now().uptimeNanoseconds
         let verdict: IntegrityVerdict
-        do {
+        do throws(IntegrityError) {
             let (payload, binding) = try verdictPayload(exchange.integrityToken, config: play)
             verdict = try IntegrityVerdict(json: payload)
             try play.policy(clockSkewSeconds: tokens.config.clockSkewSeconds).judge(verdict, challenge: exchange.challenge, binding: binding, now: Date())
         } catch {
-            metrics.increment("gateway_play_integrity_verdicts_total", ["result": "refused", "reason": error.reasonCode], help: MetricHelp.integrityVerdicts)
             throw .integrity(error)
         }
         record.verifyMs = RequestRecord.milliseconds(since: start)
@@ -35,16 +59,26 @@ extension BuiltinEndpoints {
         } catch {
             throw GatewayError(error)
         }
-        guard spent else { throw .challengeReused }
+        guard spent else { throw Self.integrityChallengeError(.challengeReused) }
         // The verdict names no device: the token's subject is drawn here, so a revocation can still name it.
         let subject = SecureRandom.bytes(32)
         record.keyId = Base64.encode(subject)
-        let token = try tokens.mint(keyId: subject, origin: .playIntegrity(package: verdict.requestPackageName,
-                                                                            deviceIntegrity: verdict.deviceRecognitionVerdict))
-        metrics.increment("gateway_play_integrity_verdicts_total", ["result": "minted", "reason": ""], help: MetricHelp.integrityVerdicts)
-        let body = #"{"token":"\#(token)","expires_in":\#(tokens.config.ttlSeconds)}"#
-        return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "application/json"), HTTPField("Cache-Control", "no-store")],
-                            body: .bytes(Array(body.utf8)))
+        return try tokens.mint(keyId: subject, origin: .playIntegrity(package: verdict.requestPackageName,
+                                                                       deviceIntegrity: verdict.deviceRecognitionVerdict))
+    }
+
+    /// The exchange answers every refusal 401/403 with a code of its own (the App Attest endpoints' challenge
+    /// codes are 409): a client of this endpoint tells its challenge problems apart from the others'.
+    static func integrityChallengeError(_ error: GatewayError) -> GatewayError {
+        let reason: IntegrityError.Reason
+        switch error {
+        case .challengeInvalid: reason = .challengeInvalid
+        case .challengeWrongKind: reason = .challengeWrongKind
+        case .challengeExpired: reason = .challengeExpired
+        case .challengeReused: reason = .challengeReused
+        default: return error
+        }
+        return .integrity(IntegrityError(reason, error.message))
     }
 
     /// The verdict JSON and how it echoes the challenge: a classic token (compact JWE) is decrypted here
