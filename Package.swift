@@ -52,7 +52,8 @@ let package = Package(
         .target(name: "GoogleServices", dependencies: ["AssertionCheck", "EventLoop", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "HTTPServer", "RedisClient", "Upstream", "CYAML", "CBuildInfo",
+            "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "GoogleServices", "HTTPServer", "RedisClient", "Upstream", "CYAML",
+            "CBuildInfo",
         ]),
         // The command line: serve and the operator commands from Gateway; demo and bench preparation (simulated
         // devices) live here only, so the server library never links the simulator.

@@ -11,6 +11,8 @@ public struct IntegrityError: Error, Equatable, Sendable, CustomStringConvertibl
         case challengeReused = "integrity_challenge_reused"
         /// Not a compact JWE as Play makes them: segments, base64url, header (`alg` A256KW, `enc` A256GCM), sizes.
         case tokenMalformed = "integrity_token_malformed"
+        /// Google's decodeIntegrityToken refused the token (HTTP 400: malformed, expired, or another app's).
+        case tokenRejected = "integrity_token_rejected"
         /// The content key does not unwrap with the decryption key, or the GCM tag does not verify.
         case undecryptable = "integrity_token_undecryptable"
         /// The decrypted JWS is not ES256, or its signature does not verify with the verification key.
@@ -50,7 +52,7 @@ public struct IntegrityError: Error, Equatable, Sendable, CustomStringConvertibl
     public var status: Int {
         switch reason {
         case .challengeInvalid, .challengeWrongKind, .challengeExpired, .challengeReused,
-             .tokenMalformed, .undecryptable, .signatureInvalid, .payloadInvalid, .nonceMismatch, .tokenTooOld, .tokenFromFuture: return 401
+             .tokenMalformed, .tokenRejected, .undecryptable, .signatureInvalid, .payloadInvalid, .nonceMismatch, .tokenTooOld, .tokenFromFuture: return 401
         case .packageNotAllowed, .certificateNotAllowed, .appNotRecognized, .deviceNotTrusted, .unlicensed: return 403
         }
     }

@@ -1,5 +1,6 @@
 import AssertionCheck
 import Foundation
+import GoogleServices
 
 /// `play_integrity:` — Android apps prove themselves with a Play Integrity verdict, exchanged at
 /// `{prefix}/play-integrity/token` for a gateway token (so it needs `app_attest.token`). Classic tokens are
@@ -14,13 +15,15 @@ public struct PlayIntegrityConfig: Sendable {
     /// Both Console keys, when both files are configured: classic tokens are then decrypted here.
     public let localKeys: IntegrityKeys?
     public let serviceAccountFile: String?
+    /// Loaded from `serviceAccountFile`: tokens that are not decrypted here go to Google with it.
+    public let serviceAccount: GoogleServiceAccount?
     public let apiURL: String
     public let maxTokenAgeSeconds: Int
     public let requireAppRecognized: Bool
     public let requireDevice: [String]
     public let requireLicensed: Bool
 
-    public static let defaultAPIURL = "https://playintegrity.googleapis.com"
+    public static let defaultAPIURL = PlayIntegrityAPI.defaultURL
     /// A key file holds one base64 line.
     static let maxKeyFileBytes = 4096
 
@@ -54,7 +57,15 @@ public struct PlayIntegrityConfig: Sendable {
             (decryptionValue ?? verificationValue)?.invalid("decryption_key_file and verification_key_file go together (both Play Console keys)")
         }
         let serviceAccountValue = section.optional("service_account_file")
-        let serviceAccount = serviceAccountValue.flatMap { readPath($0, baseDirectory: baseDirectory) }
+        let serviceAccountPath = serviceAccountValue.flatMap { readPath($0, baseDirectory: baseDirectory) }
+        var serviceAccount: GoogleServiceAccount?
+        if let serviceAccountPath {
+            do {
+                serviceAccount = try GoogleServiceAccount.load(path: serviceAccountPath)
+            } catch {
+                serviceAccountValue?.invalid(error.description)
+            }
+        }
         let apiURL = section.string("api_url", default: defaultAPIURL)
         if let urlValue = section.optional("api_url") {
             do {
@@ -73,7 +84,8 @@ public struct PlayIntegrityConfig: Sendable {
         let device = section.optional("require_device").flatMap(readLabels) ?? ["MEETS_DEVICE_INTEGRITY"]
         let licensed = section.optional("require_licensed").map { $0.bool() ?? false } ?? false
         return PlayIntegrityConfig(packageNames: packages, certificateDigests: digests, decryptionKeyFile: decryption?.path,
-                                   verificationKeyFile: verification?.path, localKeys: keys, serviceAccountFile: serviceAccount,
+                                   verificationKeyFile: verification?.path, localKeys: keys, serviceAccountFile: serviceAccountPath,
+                                   serviceAccount: serviceAccount,
                                    apiURL: apiURL, maxTokenAgeSeconds: age, requireAppRecognized: recognized, requireDevice: device,
                                    requireLicensed: licensed)
     }

@@ -1,5 +1,6 @@
 import AssertionCheck
 import AppleServices
+import GoogleServices
 
 /// The labelled series a configuration makes knowable, exported at zero from start (and after each
 /// reload, for new routes): an alert on `rate(...)` or a ratio then has a series to work on before the
@@ -166,6 +167,14 @@ struct KnownSeries {
                 .count("gateway_play_integrity_verdicts_total", ["result": "refused", "reason": $0.rawValue], by: 0, help: MetricHelp.integrityVerdicts)
             }
         }
+        if config.playIntegrity?.serviceAccount != nil {
+            for endpoint in GoogleEndpoint.allCases {
+                updates += ReasonCatalog.googleOutcomes.map {
+                    .count("gateway_google_calls_total", ["endpoint": endpoint.rawValue, "outcome": $0], by: 0, help: MetricHelp.googleCalls)
+                }
+                updates.append(.declareHistogram("gateway_google_call_duration_seconds", ["endpoint": endpoint.rawValue], help: MetricHelp.googleDuration))
+            }
+        }
         if apple { updates += appleUpdates }
         return updates
     }
@@ -201,6 +210,8 @@ enum MetricHelp {
     static let verifyDuration = "Assertion verification time (pure checks and signature)."
     static let storeDuration = "Time of the Redis commit of an assertion (one round trip)."
     static let attestations = "Attestations by result."
+    static let googleCalls = "Calls to Google's OAuth token endpoint and Play Integrity API, by outcome."
+    static let googleDuration = "Latency of each attempt at a Google call."
     static let integrityVerdicts = "Play Integrity tokens exchanged at /play-integrity/token: minted, or refused by reason."
     static let keyCache = "Public key cache lookups."
     static let keyRecoveries = "Assertions without X-App-Attest-Key-Id whose key was recovered from the signature."

@@ -2,6 +2,7 @@ import RedisClient
 import EventLoop
 import AttestStore
 import AppleServices
+import GoogleServices
 import AssertionCheck
 import Upstream
 
@@ -43,7 +44,7 @@ enum ReasonCatalog {
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
         .tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .tokenSigningFailed(""),
         .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")), .debugTokenInvalid, .debugTokenRefused,
-        .tokenMethodRefused(""),
+        .tokenMethodRefused(""), .integrityUnavailable(""),
     ] + VerificationError.Reason.allCases.map { .verification(VerificationError($0, "")) }
         + IntegrityError.Reason.allCases.map { .integrity(IntegrityError($0, "")) }
 
@@ -66,6 +67,10 @@ enum ReasonCatalog {
     static let appleOutcomes = ["ok"] + [AppleServiceError.unavailable(""), .rejectedToken(""), .authFailed(""), .timeout(""),
                                          .badResponse("")].map(\.reasonCode)
 
+    /// Outcomes of a call to Google that was sent (invalid_configuration fails before sending).
+    static let googleOutcomes = ["ok"] + [GoogleServiceError.unavailable(""), .credentialsRefused(""), .tokenRejected(""),
+                                          .badResponse("")].map(\.reasonCode)
+
     /// The attestation reasons `POST /attest/verify` counts in `gateway_attestations_total`.
     static var attestationReasons: [String] {
         VerificationError.Reason.allCases.filter { places(of: $0).contains(.builtin(.attestVerify)) }.map(\.rawValue)
@@ -83,7 +88,7 @@ enum ReasonCatalog {
         case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused: return [.assertion]
         case .tokenSigningFailed: return [.builtin(.assertToken), .builtin(.playIntegrityToken)]
         case .tokenMethodRefused: return [.assertion]
-        case .integrity: return [.builtin(.playIntegrityToken)]
+        case .integrity, .integrityUnavailable: return [.builtin(.playIntegrityToken)]
         case .debugTokenInvalid, .debugTokenRefused: return [.assertion]
         case .challengeInvalid, .challengeExpired, .challengeWrongKind, .challengeReused: return [.jsonClientData, .builtin(.attestVerify)]
         case .challengeRateLimited: return [.builtin(.attestChallenge), .builtin(.assertChallenge), .builtin(.playIntegrityChallenge)]

@@ -58,6 +58,8 @@ public enum GatewayError: Error, Equatable {
     case debugTokenRefused
     /// A Play Integrity token or verdict refused at /play-integrity/token.
     case integrity(IntegrityError)
+    /// Google's Play Integrity API could not decode a token (down, overloaded, refusing the service account).
+    case integrityUnavailable(String)
     /// A valid gateway token earned by a method the route's `token_methods` does not list.
     case tokenMethodRefused(String)
 
@@ -106,6 +108,7 @@ public enum GatewayError: Error, Equatable {
         case .debugTokenRefused: return "debug_token_refused"
         case .integrity(let error): return error.reasonCode
         case .tokenMethodRefused: return "token_method_refused"
+        case .integrityUnavailable: return "integrity_unavailable"
         }
     }
 
@@ -136,6 +139,7 @@ public enum GatewayError: Error, Equatable {
         case .debugTokenRefused: return 403
         case .integrity(let error): return error.status
         case .tokenMethodRefused: return 403
+        case .integrityUnavailable: return 503
         }
     }
 
@@ -183,6 +187,7 @@ public enum GatewayError: Error, Equatable {
         case .debugTokenRefused: return "this route does not accept debug tokens (allow_debug: false)"
         case .integrity(let error): return error.message
         case .tokenMethodRefused(let detail): return detail
+        case .integrityUnavailable: return "Google's Play Integrity API cannot decode the token now; retry later" + Self.seeLog
         }
     }
 
@@ -195,17 +200,18 @@ public enum GatewayError: Error, Equatable {
         switch self {
         case .storeUnavailable(let detail), .storeError(let detail), .upstreamUnavailable(let detail), .upstreamTimeout(let detail),
              .upstreamProtocolError(let detail), .appleUnavailable(let detail), .appleMisconfigured(let detail),
-             .tokenSigningFailed(let detail):
+             .tokenSigningFailed(let detail), .integrityUnavailable(let detail):
             return detail
         default:
             return nil
         }
     }
 
-    /// The `Retry-After` of a 429.
+    /// The `Retry-After` of a 429, or of a 503 that will pass.
     var retryAfterSeconds: Int? {
         switch self {
         case .rateLimited(let seconds), .challengeRateLimited(let seconds): return seconds
+        case .integrityUnavailable: return GoogleRuntime.retryAfterSeconds
         default: return nil
         }
     }

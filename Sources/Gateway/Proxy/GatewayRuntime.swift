@@ -24,19 +24,22 @@ public final class GatewayRuntime: Sendable {
     let apple: AppleRuntime?
     /// Gateway tokens, when the config has an `app_attest.token` section.
     let tokens: GatewayTokens?
+    /// Google's Play Integrity API, when `play_integrity` has a `service_account_file`.
+    let google: GoogleRuntime?
     /// Issues and checks challenges (StatelessChallenge.swift).
     let challenges: ChallengeAuthority
     /// `app_attest.challenge_rate_limit`, when set.
     let challengeLimiter: ChallengeRateLimiter?
 
     private init(config: GatewayConfig, router: Router, upstreams: [String: UpstreamBinding], store: AttestStore, apple: AppleRuntime?,
-                 tokens: GatewayTokens?, previous: GatewayRuntime?) {
+                 tokens: GatewayTokens?, google: GoogleRuntime?, previous: GatewayRuntime?) {
         self.config = config
         self.router = router
         self.upstreams = upstreams
         self.store = store
         self.apple = apple
         self.tokens = tokens
+        self.google = google
         challenges = ChallengeAuthority(configured: config.appAttest.challengeSecrets, store: store, previous: previous?.challenges)
         // Counts survive a reload that keeps the same limit.
         challengeLimiter = config.appAttest.challengeRateLimit.map { limit in
@@ -47,7 +50,8 @@ public final class GatewayRuntime: Sendable {
     }
 
     /// Reuses what did not change since `previous`: upstream clients (and their kept-alive
-    /// connections), the Redis pool and the Apple clients (and their cached JWT).
+    /// connections), the Redis pool, the Apple clients (and their cached JWT) and the Google client (and its
+    /// cached access token).
     static func build(_ config: GatewayConfig, previous: GatewayRuntime? = nil, log: EventLog, metrics: Metrics) throws -> GatewayRuntime {
         var upstreams: [String: UpstreamBinding] = [:]
         for upstream in config.upstreams {
@@ -73,8 +77,9 @@ public final class GatewayRuntime: Sendable {
         }
         metrics.apply(KnownSeries(config: config).updates)
         let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
+        let google = try GoogleRuntime.build(config, previous: previous?.google, log: log, metrics: metrics)
         return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
-                              tokens: tokens, previous: previous)
+                              tokens: tokens, google: google, previous: previous)
     }
 
     /// `log`: where a followed failover or a changed Cluster is told (`redis_primary_changed`, `redis_cluster_changed`).

@@ -44,9 +44,9 @@ extension BuiltinEndpoints {
             throw Self.integrityChallengeError(error)
         }
         let start = DispatchTime.now().uptimeNanoseconds
+        let (payload, binding) = try await verdictPayload(exchange, config: play)
         let verdict: IntegrityVerdict
         do throws(IntegrityError) {
-            let (payload, binding) = try verdictPayload(exchange.integrityToken, config: play)
             verdict = try IntegrityVerdict(json: payload)
             try play.policy(clockSkewSeconds: tokens.config.clockSkewSeconds).judge(verdict, challenge: exchange.challenge, binding: binding, now: Date())
         } catch {
@@ -81,15 +81,28 @@ extension BuiltinEndpoints {
         return .integrity(IntegrityError(reason, error.message))
     }
 
-    /// The verdict JSON and how it echoes the challenge: a classic token (compact JWE) is decrypted here
-    /// with the Console keys.
-    private func verdictPayload(_ token: String, config: PlayIntegrityConfig) throws(IntegrityError) -> ([UInt8], IntegrityPolicy.Binding) {
-        if IntegrityToken.isCompactJWE(token), let keys = config.localKeys {
-            return (try IntegrityToken.decrypt(token, keys: keys), .nonce)
+    /// The verdict JSON and how it echoes the challenge: a classic token (compact JWE) is decrypted here when
+    /// the Console keys are configured; any other token goes to Google's decodeIntegrityToken, for the body's
+    /// `package_name` or the first listed package (Google answers 400 for another app's token).
+    private func verdictPayload(_ exchange: IntegrityExchange, config: PlayIntegrityConfig) async throws(GatewayError) -> ([UInt8], IntegrityPolicy.Binding) {
+        let token = exchange.integrityToken
+        let classic = IntegrityToken.isCompactJWE(token)
+        if classic, let keys = config.localKeys {
+            do throws(IntegrityError) {
+                return (try IntegrityToken.decrypt(token, keys: keys), .nonce)
+            } catch {
+                throw .integrity(error)
+            }
         }
-        throw IntegrityError(.tokenMalformed, config.localKeys == nil
-            ? "this gateway has no decryption_key_file and verification_key_file to read classic tokens"
-            : "not a classic token (a compact JWE); standard tokens need play_integrity.service_account_file")
+        guard let google = runtime.google, let package = exchange.packageName ?? config.packageNames.first else {
+            throw .integrity(IntegrityError(.tokenMalformed, config.localKeys == nil
+                ? "this gateway has neither the Console keys nor a service account to read this token"
+                : "not a classic token (a compact JWE); standard tokens need play_integrity.service_account_file"))
+        }
+        guard config.packageNames.contains(package) else {
+            throw .integrity(IntegrityError(.packageNotAllowed, "package_name \"\(package.prefix(128))\" is not in package_names"))
+        }
+        return (try await google.decode(packageName: package, token: token), classic ? .nonce : .requestHash)
     }
 }
 
@@ -97,6 +110,8 @@ extension BuiltinEndpoints {
 struct IntegrityExchange {
     let integrityToken: String
     let challenge: String
+    /// Optional: which listed app a standard token is decoded for (several `package_names`).
+    let packageName: String?
 
     init(_ body: [UInt8]) throws(GatewayError) {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] else {
@@ -111,7 +126,11 @@ struct IntegrityExchange {
         guard let challenge = object["challenge"] as? String, !challenge.isEmpty else {
             throw .badRequest("\"challenge\" is missing or not a string (GET /play-integrity/challenge)")
         }
+        guard object["package_name"] == nil || object["package_name"] is String else {
+            throw .badRequest("\"package_name\" must be a string")
+        }
         integrityToken = token
         self.challenge = challenge
+        packageName = object["package_name"] as? String
     }
 }
