@@ -35,7 +35,8 @@ final class DocumentedConfigKeysTests: XCTestCase {
         let play = try PlayIntegrityTokenMaker().writeKeys(to: directory)
         try FileManager.default.moveItem(atPath: play.decryption, toPath: directory + "/play-decryption.key")
         try FileManager.default.moveItem(atPath: play.verification, toPath: directory + "/play-verification.key")
-        try "{}".write(toFile: directory + "/play-service-account.json", atomically: true, encoding: .utf8)
+        try FileManager.default.copyItem(atPath: GoogleTestAccount.shared.writeFile(tokenURI: "https://oauth2.googleapis.com/token"),
+                                         toPath: directory + "/play-service-account.json")
         let config = try GatewayConfig.parse(yaml: try example(), baseDirectory: directory)
         XCTAssertFalse(config.clientAddress.trustedProxies.isEmpty, "the example shows server.trusted_proxies")
         XCTAssertFalse(config.appAttest.debugTokens.isEmpty, "the example shows every key, debug_tokens included")

@@ -17,7 +17,9 @@ final class PlayIntegrityConfigTests: XCTestCase {
                                                                                "ec_paramgen_curve:P-256", "-out", "\(directory!)/token.pem"])
         precondition(openssl.waitForExit(timeout: 10) == 0, "openssl genpkey failed")
         try! "c2hvcnQ=\n".write(toFile: directory + "/short.key", atomically: true, encoding: .utf8)
-        try! "{}".write(toFile: directory + "/service-account.json", atomically: true, encoding: .utf8)
+        try! FileManager.default.copyItem(atPath: GoogleTestAccount.shared.writeFile(tokenURI: "https://oauth2.googleapis.com/token"),
+                                          toPath: directory + "/service-account.json")
+        try! "{}".write(toFile: directory + "/not-an-account.json", atomically: true, encoding: .utf8)
     }
 
     static let keys = "decryption_key_file: decryption.key\n  verification_key_file: verification.key"
@@ -76,6 +78,7 @@ final class PlayIntegrityConfigTests: XCTestCase {
         let play2 = try XCTUnwrap(full.playIntegrity)
         XCTAssertEqual(play2.certificateDigests, [digest, digest], "base64url and the Console's hex read alike")
         XCTAssertEqual(play2.serviceAccountFile, Self.directory + "/service-account.json")
+        XCTAssertEqual(play2.serviceAccount?.clientEmail, GoogleTestAccount.shared.clientEmail)
         XCTAssertEqual(play2.apiURL, "http://127.0.0.1:9999")
         XCTAssertEqual(play2.maxTokenAgeSeconds, 60)
         XCTAssertFalse(play2.requireAppRecognized)
@@ -98,6 +101,8 @@ final class PlayIntegrityConfigTests: XCTestCase {
              "play_integrity.verification_key_file: must hold base64 of a DER SubjectPublicKeyInfo"),
             (yaml("package_names: [com.example.app]\n  decryption_key_file: missing.key\n  verification_key_file: verification.key"),
              "play_integrity.decryption_key_file: cannot read"),
+            (yaml("package_names: [com.example.app]\n  service_account_file: not-an-account.json"),
+             "play_integrity.service_account_file: google_invalid_configuration: service account file"),
             (yaml("package_names: [com.example.app]\n  certificate_sha256: [abc]\n  " + Self.keys), "play_integrity.certificate_sha256[0]: expected a SHA-256 digest"),
             (yaml("package_names: [com.example.app]\n  require_device: [MEETS_NOTHING]\n  " + Self.keys), "play_integrity.require_device[0]: expected one of"),
             (yaml("package_names: [com.example.app]\n  require_device: []\n  " + Self.keys), "play_integrity.require_device: must list at least one"),
@@ -125,7 +130,7 @@ final class PlayIntegrityConfigTests: XCTestCase {
     func testEveryReasonCodeIsDocumentedWithItsStatus() throws {
         let operations = try String(contentsOfFile: TestPaths.repository + "/docs/operations.md", encoding: .utf8)
         let rows = operations.split(separator: "\n").filter { $0.hasPrefix("| `") }
-        let errors = IntegrityError.Reason.allCases.map { GatewayError.integrity(IntegrityError($0, "")) } + [.tokenMethodRefused("")]
+        let errors = IntegrityError.Reason.allCases.map { GatewayError.integrity(IntegrityError($0, "")) } + [.tokenMethodRefused(""), .integrityUnavailable("")]
         for error in errors {
             XCTAssertTrue(rows.contains { $0.contains("`\(error.reasonCode)`") && $0.contains("| \(error.status) |") },
                           "docs/operations.md: no row for \(error.reasonCode) with \(error.status)")

@@ -1,0 +1,138 @@
+import AssertionCheck
+import DeviceSimulator
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// The standard path through the real binary: tokens the gateway cannot decrypt go to Google's
+/// decodeIntegrityToken (the fake, which verifies the service account's assertion and checks the bearer),
+/// and the verdict is judged by the same rules, bound by `requestHash`; Google down → 503, then recovery.
+final class PlayIntegrityStandardTests: XCTestCase {
+    nonisolated(unsafe) static var environment: GatewayEnvironment!
+    nonisolated(unsafe) static var google: FakeGooglePlayServer!
+    nonisolated(unsafe) static var maker: PlayIntegrityTokenMaker!
+    var env: GatewayEnvironment { Self.environment }
+    var google: FakeGooglePlayServer { Self.google }
+
+    static let package = PlayIntegrityTests.package
+
+    override class func setUp() {
+        super.setUp()
+        google = try! FakeGooglePlayServer(packageNames: [package])
+        maker = try! PlayIntegrityTokenMaker()
+        let keys = try! maker.writeKeys(to: TestPaths.temporaryDirectory("play-standard"))
+        let extra = PlayIntegrityTests.section(keys: keys, extra: """
+          service_account_file: "\(try! google.serviceAccountFile())"
+          api_url: "\(google.baseURL)"
+        """)
+        environment = try! GatewayEnvironment(routes: PlayIntegrityTests.routes, appAttestExtra: TokenKeys().section(), extra: extra)
+    }
+
+    override class func tearDown() {
+        environment.stop()
+        google.stop()
+        environment = nil
+        super.tearDown()
+    }
+
+    func challenge() throws -> String {
+        let reply = try env.request("GET", "/play-integrity/challenge")
+        XCTAssertEqual(reply.status, 200, reply.text)
+        return reply.text
+    }
+
+    /// A standard request's verdict: the challenge comes back as `requestHash`.
+    func standardToken(_ challenge: String, _ change: (inout PlayIntegrityVerdict) -> Void = { _ in }) -> String {
+        var verdict = PlayIntegrityVerdict(packageName: Self.package, nonce: nil, certificateDigests: [PlayIntegrityTests.certificate])
+        verdict.requestHash = challenge
+        change(&verdict)
+        return google.standardToken(for: String(decoding: verdict.json, as: UTF8.self), packageName: Self.package)
+    }
+
+    func exchange(_ token: String, challenge: String) throws -> Reply {
+        let body = try JSONSerialization.data(withJSONObject: ["integrity_token": token, "challenge": challenge])
+        return try env.request("POST", "/play-integrity/token", headers: [HTTPField("Content-Type", "application/json")], body: Array(body))
+    }
+
+    func testStandardTokenMintsAGatewayTokenThroughGoogle() throws {
+        let decodes = google.requests(to: .decode).count
+        let challenge = try challenge()
+        let reply = try exchange(standardToken(challenge), challenge: challenge)
+        XCTAssertEqual(reply.status, 200, reply.text)
+        let token = try XCTUnwrap(reply.json["token"] as? String)
+        XCTAssertEqual(TokenKeys.claims(of: token)?["amr"] as? [String], ["play_integrity"])
+        let call = try XCTUnwrap(google.requests(to: .decode).last)
+        XCTAssertEqual(google.requests(to: .decode).count, decodes + 1)
+        XCTAssertNil(call.refusal, "the fake accepted the bearer and the package")
+        XCTAssertEqual(call.path, "/v1/\(Self.package):decodeIntegrityToken")
+        let passed = try env.request("GET", "/android-only/x", headers: [HTTPField("X-App-Attest-Token", token)])
+        XCTAssertEqual(passed.status, 200, passed.text)
+        XCTAssertEqual(passed.forwarded("X-Attest-Method"), ["play_integrity"])
+        XCTAssertEqual(try exchange(standardToken(challenge), challenge: challenge).error, "integrity_challenge_reused")
+
+        let logged = env.gateway.waitForEvent {
+            $0["event"] as? String == "google_call" && $0["endpoint"] as? String == "decode" && $0["outcome"] as? String == "ok"
+        }
+        XCTAssertEqual(logged?["status"] as? Int, 200)
+        XCTAssertFalse(env.gateway.process.lines.joined().contains("ya29."), "no access token in the log")
+        let series = [#"gateway_google_calls_total{endpoint="decode",outcome="ok"}"#, #"gateway_google_calls_total{endpoint="token",outcome="ok"}"#]
+        let metrics = try env.metrics { text in series.allSatisfy { (MetricsText.sample($0, in: text) ?? 0) >= 1 } }
+        for line in series { XCTAssertGreaterThanOrEqual(MetricsText.sample(line, in: metrics) ?? 0, 1, "\(line)\n\(metrics)") }
+        XCTAssertTrue(metrics.contains(#"gateway_google_call_duration_seconds_count{endpoint="decode"}"#), metrics)
+    }
+
+    func testStandardVerdictsAreJudgedByTheSameRules() throws {
+        let challenge = try challenge()
+        let cases: [(String, String, String, Int)] = [
+            ("another requestHash", standardToken(challenge) { $0.requestHash = String(repeating: "h", count: 72) }, "integrity_nonce_mismatch", 401),
+            ("nonce instead of requestHash", standardToken(challenge) { $0.requestHash = nil; $0.nonce = challenge }, "integrity_nonce_mismatch", 401),
+            ("basic device", standardToken(challenge) { $0.deviceRecognitionVerdict = ["MEETS_BASIC_INTEGRITY"] }, "integrity_device_not_trusted", 403),
+            ("other package", standardToken(challenge) { $0.requestPackageName = "com.example.other" }, "integrity_package_not_allowed", 403),
+            ("too old", standardToken(challenge) { $0.timestamp = Date().addingTimeInterval(-600) }, "integrity_token_too_old", 401),
+            ("unknown to Google", "standard.not-a-token-google-issued", "integrity_token_rejected", 401),
+        ]
+        for (what, token, code, status) in cases {
+            let reply = try exchange(token, challenge: challenge)
+            XCTAssertEqual(reply.status, status, "\(what): \(reply.text)")
+            XCTAssertEqual(reply.error, code, what)
+        }
+        XCTAssertEqual(try exchange(standardToken(challenge), challenge: challenge).status, 200, "no refusal spent the challenge")
+    }
+
+    func testGoogleDownAnswers503ThenRecovers() throws {
+        let challenge = try challenge()
+        let token = standardToken(challenge)
+        google.script(.decode, Array(repeating: .status(503), count: 3))
+        let down = try exchange(token, challenge: challenge)
+        XCTAssertEqual(down.status, 503, down.text)
+        XCTAssertEqual(down.error, "integrity_unavailable")
+        XCTAssertEqual(down.headers.values(named: "Retry-After"), ["5"])
+        XCTAssertFalse(down.text.contains("127.0.0.1"), "the client learns which part failed, not where: \(down.text)")
+        let logged = env.gateway.waitForEvent { $0["event"] as? String == "request" && $0["reason"] as? String == "integrity_unavailable" }
+        XCTAssertTrue((logged?["detail"] as? String)?.contains("google_unavailable") ?? false, "\(String(describing: logged))")
+
+        let recovered = try exchange(token, challenge: challenge)
+        XCTAssertEqual(recovered.status, 200, "Google answers again; the challenge was not spent: \(recovered.text)")
+        let unavailable = #"gateway_google_calls_total{endpoint="decode",outcome="google_unavailable"}"#
+        let metrics = try env.metrics { (MetricsText.sample(unavailable, in: $0) ?? 0) >= 3 }
+        XCTAssertGreaterThanOrEqual(MetricsText.sample(unavailable, in: metrics) ?? 0, 3, metrics)
+    }
+
+    func testClassicTokensStayLocalWhenTheConsoleKeysAreConfigured() throws {
+        let decodes = google.requests(to: .decode).count
+        let challenge = try challenge()
+        let verdict = PlayIntegrityVerdict(packageName: Self.package, nonce: challenge, certificateDigests: [PlayIntegrityTests.certificate])
+        XCTAssertEqual(try exchange(Self.maker.classicToken(verdict), challenge: challenge).status, 200)
+        XCTAssertEqual(google.requests(to: .decode).count, decodes, "no call to Google")
+    }
+
+    func testGoogleSeriesExistFromStart() throws {
+        let metrics = try env.admin("/metrics").text
+        for line in [#"gateway_google_calls_total{endpoint="decode",outcome="google_token_rejected"}"#,
+                     #"gateway_google_calls_total{endpoint="token",outcome="google_credentials_refused"}"#,
+                     #"gateway_requests_total{route="builtin:/play-integrity/token",decision="denied",reason="integrity_unavailable",code="5xx"}"#] {
+            XCTAssertTrue(metrics.contains(line), "\(line) missing")
+        }
+    }
+}
