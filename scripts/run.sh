@@ -13,6 +13,10 @@ if [ ! -f run/demo-apple/AuthKey.p8 ]; then
     mkdir -p run/demo-apple
     openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out run/demo-apple/AuthKey.p8
 fi
+# Demo keys gateway.yaml names: the token signing key, and Play Integrity test keys standing in for the Play
+# Console's (the demo app's token maker shares them; never use either in production).
+[ -f run/demo-token.pem ] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out run/demo-token.pem
+$GATEWAY demo play-integrity run/demo-play >/dev/null
 $GATEWAY check-config "$CONFIG"
 
 pids=()

@@ -12,7 +12,7 @@ import SimulatedAppAttest
 /// requests an attacker would send.
 @main
 struct AppDemo {
-    static let usage = "usage: app-demo [--gateway URL] [--ca DIR] [--config gateway.yaml] [--log FILE] [--path /v1/ai/generate]"
+    static let usage = "usage: app-demo [--gateway URL] [--ca DIR] [--config gateway.yaml] [--log FILE] [--path /v1/ai/generate] [--play-keys run/demo-play]"
 
     static func main() async {
         do {
@@ -38,6 +38,7 @@ struct Options {
     let configPath: String
     let logPath: String
     let path: String
+    let playKeyDirectory: String
 
     init(_ arguments: [String]) throws {
         var values: [String: String] = [:]
@@ -45,7 +46,7 @@ struct Options {
         while let name = remaining.popFirst() {
             guard name.hasPrefix("--"), let value = remaining.popFirst() else { throw UsageError(message: "unexpected \(name)") }
             let key = String(name.dropFirst(2))
-            guard ["gateway", "ca", "config", "log", "path"].contains(key), values[key] == nil else {
+            guard ["gateway", "ca", "config", "log", "path", "play-keys"].contains(key), values[key] == nil else {
                 throw UsageError(message: "unknown or repeated option \(name)")
             }
             values[key] = value
@@ -55,5 +56,6 @@ struct Options {
         configPath = values["config"] ?? "gateway.yaml"
         logPath = values["log"] ?? "run/gateway.log"
         path = values["path"] ?? "/v1/ai/generate"
+        playKeyDirectory = values["play-keys"] ?? "run/demo-play"
     }
 }

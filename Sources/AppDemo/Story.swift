@@ -17,6 +17,8 @@ struct Story {
     /// The once-per-device steps run when the config talks to Apple (or `make run`'s stand-in).
     let showsDeviceCheck: Bool
     let body = Data(#"{"prompt":"Write a haiku about attestation"}"#.utf8)
+    /// The Android steps run when the config has `play_integrity:` with the Console keys (`make run`'s test keys).
+    let android: AndroidStory?
 
     init(_ options: Options) throws {
         let config = try GatewayConfig.load(path: options.configPath)
@@ -32,6 +34,7 @@ struct Story {
                               session: session)
         path = options.path
         logPath = options.logPath
+        android = try AndroidStory(config: config, keyDirectory: options.playKeyDirectory)
         showsDeviceCheck = config.apple != nil
             && config.routes.contains { $0.match == .prefix("/promo/claim") && $0.deviceCheck.oncePerDevice != nil }
     }
@@ -58,11 +61,12 @@ struct Story {
             passed = try await step("7. Claim it again from the same device → rejected (AttestClientError.alreadyClaimed)",
                                     request("POST", "/promo/claim"), deviceToken: true, expect: 409) && passed
         }
+        if let android { passed = try await android.play(self) && passed }
         print(passed ? "Every step answered as expected." : "Some steps did NOT answer as expected (see above).")
         return passed
     }
 
-    private func request(_ method: String, _ path: String) -> URLRequest {
+    func request(_ method: String, _ path: String) -> URLRequest {
         var request = URLRequest(url: gateway.appendingPathComponent(String(path.dropFirst())))
         request.httpMethod = method
         request.httpBody = body
@@ -86,7 +90,7 @@ struct Story {
     }
 
     /// Sent as is, the way an attacker replays or edits a captured request.
-    private func send(_ title: String, _ request: URLRequest, expect status: Int) async throws -> Bool {
+    func send(_ title: String, _ request: URLRequest, expect status: Int) async throws -> Bool {
         print(title)
         print("   → \(request.httpMethod ?? "GET") \(request.url?.path ?? "")")
         let (data, response) = try await session.data(for: request)

@@ -88,6 +88,24 @@ public final class PlayIntegrityTokenMaker: @unchecked Sendable {
         signingKey = try SimKey(curve: .p256)
     }
 
+    /// The keys kept in `directory` (`gateway demo play-integrity`, `make run`): read when a previous run wrote
+    /// them, else made and written, so the demo app and the gateway share them across restarts.
+    public convenience init(directory: String) throws {
+        let (aesFile, pemFile) = (directory + "/decryption.key", directory + "/signing-key.pem")
+        if let text = try? String(contentsOfFile: aesFile, encoding: .utf8), let pem = try? String(contentsOfFile: pemFile, encoding: .utf8),
+           let key = Base64.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)), key.count == 32 {
+            self.init(decryptionKey: key, signingKey: try SimKey(pem: pem))
+        } else {
+            try self.init()
+            _ = try writeKeys(to: directory)
+        }
+    }
+
+    private init(decryptionKey: [UInt8], signingKey: SimKey) {
+        self.decryptionKey = decryptionKey
+        self.signingKey = signingKey
+    }
+
     /// The verification key as the Console shows it: base64 of the DER SubjectPublicKeyInfo.
     public var verificationKeyBase64: String {
         get throws { Base64.encode(try P256PublicKey(point: signingKey.publicPoint).spki) }
@@ -95,12 +113,14 @@ public final class PlayIntegrityTokenMaker: @unchecked Sendable {
 
     public var decryptionKeyBase64: String { Base64.encode(decryptionKey) }
 
-    /// Writes `decryption.key` and `verification.key` (base64 text) into `directory`; returns their paths.
+    /// Writes `decryption.key` and `verification.key` (base64 text, what the gateway reads) and this maker's
+    /// own `signing-key.pem` (Google's side) into `directory`; returns the gateway's two paths.
     public func writeKeys(to directory: String) throws -> (decryption: String, verification: String) {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let paths = (directory + "/decryption.key", directory + "/verification.key")
         try (decryptionKeyBase64 + "\n").write(toFile: paths.0, atomically: true, encoding: .utf8)
         try (verificationKeyBase64 + "\n").write(toFile: paths.1, atomically: true, encoding: .utf8)
+        try signingKey.pem().write(toFile: directory + "/signing-key.pem", atomically: true, encoding: .utf8)
         return paths
     }
 

@@ -1,3 +1,4 @@
+import DeviceSimulator
 import Foundation
 import Gateway
 import TestSupport
@@ -173,7 +174,13 @@ final class DeployFilesTests: XCTestCase {
     func testRepositoryGatewayConfigIsValid() throws {
         let path = TestPaths.repository + "/gateway.yaml"
         guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("no gateway.yaml at the repository root") }
-        _ = try GatewayConfig.load(path: path)
+        // With the demo keys `make run` makes under run/ (scripts/run.sh), in a folder of its own.
+        let directory = TestPaths.temporaryDirectory("repository-config")
+        try FileManager.default.copyItem(atPath: path, toPath: directory + "/gateway.yaml")
+        _ = try PlayIntegrityTokenMaker(directory: directory + "/run/demo-play")
+        try AppleTestKey.pem.write(toFile: directory + "/run/demo-token.pem", atomically: true, encoding: .utf8)
+        let config = try GatewayConfig.load(path: directory + "/gateway.yaml")
+        XCTAssertNotNil(config.playIntegrity?.localKeys, "make demo's Android step needs the local keys")
     }
 
     // MARK: - Reading the manifests
