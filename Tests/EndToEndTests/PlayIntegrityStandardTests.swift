@@ -136,3 +136,48 @@ final class PlayIntegrityStandardTests: XCTestCase {
         }
     }
 }
+
+/// docs/client.md's Python token maker, run as written against the real gateway: the doc's code makes the
+/// keys the gateway is configured with, then a classic token the gateway accepts (an implementation not ours).
+final class PlayIntegrityDocumentedMakerTests: XCTestCase {
+    static func snippet() throws -> String {
+        let client = try String(contentsOfFile: TestPaths.repository + "/docs/client.md", encoding: .utf8)
+        let section = try XCTUnwrap(client.components(separatedBy: "## Android: Play Integrity").dropFirst().first)
+        return try XCTUnwrap(section.components(separatedBy: "```python\n").dropFirst().first?.components(separatedBy: "```").first)
+    }
+
+    func python(_ code: String, in directory: String) throws -> [String] {
+        let process = try ChildProcess(executable: "/usr/bin/env", arguments: ["python3", "-c", code], directory: directory)
+        XCTAssertEqual(process.waitForExit(timeout: 30), 0, process.lines.joined(separator: "\n"))
+        usleep(50_000)
+        return process.lines
+    }
+
+    func testTheDocumentedMakersTokenIsAccepted() throws {
+        let probe = try ChildProcess(executable: "/usr/bin/env", arguments: ["python3", "-c", "import cryptography"])
+        guard probe.waitForExit(timeout: 30) == 0 else { throw XCTSkip("Python's cryptography is not installed (scripts/test.sh installs it)") }
+        let snippet = try Self.snippet()
+        let keys = TestPaths.temporaryDirectory("documented-maker")
+        _ = try python(snippet + """
+
+            open("signing.pem", "wb").write(ec_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                                 serialization.NoEncryption()))
+            """, in: keys)
+        let env = try GatewayEnvironment(routes: PlayIntegrityTests.routes, appAttestExtra: TokenKeys().section(),
+                                         extra: PlayIntegrityTests.section(keys: (keys + "/decryption.key", keys + "/verification.key")))
+        defer { env.stop() }
+        let answer = try python(snippet + """
+
+            import urllib.request
+            aes = base64.b64decode(open("\(keys)/decryption.key").read())
+            ec_key = serialization.load_pem_private_key(open("\(keys)/signing.pem", "rb").read(), None)
+            challenge = urllib.request.urlopen("\(env.gateway.baseURL)/play-integrity/challenge").read().decode()
+            token = classic_token(challenge, package="\(PlayIntegrityTests.package)", cert_digest="\(PlayIntegrityTests.certificate)")
+            body = json.dumps({"integrity_token": token, "challenge": challenge}).encode()
+            reply = urllib.request.urlopen(urllib.request.Request("\(env.gateway.baseURL)/play-integrity/token", data=body,
+                                                                  headers={"Content-Type": "application/json"}))
+            print(reply.status, json.loads(reply.read())["expires_in"])
+            """, in: TestPaths.temporaryDirectory("documented-maker-run"))
+        XCTAssertEqual(answer.last, "200 600", answer.joined(separator: "\n"))
+    }
+}

@@ -23,6 +23,11 @@ public enum CheckConfigCommand {
                 print("app_attest.token: signing key \(token.signingKey.file), kid \(token.signingKey.kid)"
                       + (token.previousKey.map { "; previous key \($0.file), kid \($0.kid) (still accepted)" } ?? ""))
             }
+            if let play = config.playIntegrity {
+                let ways = [play.localKeys.map { _ in "classic tokens decrypted here" },
+                            play.serviceAccount.map { "other tokens decoded by \(play.apiURL) as \($0.clientEmail)" }].compactMap { $0 }
+                print("play_integrity: packages \(play.packageNames.joined(separator: ", ")); \(ways.joined(separator: "; "))")
+            }
             if let warning = config.debugTokenWarning { print("warning: \(warning)") }
             do throws(StoreError) {
                 _ = try config.redis.options()
