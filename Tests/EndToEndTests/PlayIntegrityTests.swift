@@ -218,6 +218,27 @@ final class PlayIntegrityTests: XCTestCase {
                        "another mint has another subject")
     }
 
+    /// Signed by the gateway's own key, so only the claims decide: an unlisted package or an unknown method is refused.
+    func testPlayIntegrityClaimsAreCheckedOnEveryUse() throws {
+        let now = Int(Date().timeIntervalSince1970)
+        let base: [String: Any] = ["sub": Base64.encode(SHA256.hash([7])), "app": Self.package, "amr": ["play_integrity"],
+                                   "device_integrity": ["MEETS_DEVICE_INTEGRITY"], "iat": now, "exp": now + 60, "jti": "claims-test"]
+        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": Self.tokenKeys.currentKid]
+        func use(_ claims: [String: Any]) throws -> Reply {
+            try env.request("GET", "/tok/x", headers: [HTTPField("X-App-Attest-Token", try Self.tokenKeys.sign(header: header, claims: claims, with: Self.tokenKeys.current))])
+        }
+        XCTAssertEqual(try use(base).status, 200, "the claims as minted")
+        var other = base
+        other["app"] = "com.example.unlisted"
+        XCTAssertEqual(try use(other).error, "token_invalid", "a package not in package_names")
+        other = base
+        other["amr"] = ["sms_otp"]
+        XCTAssertEqual(try use(other).error, "token_invalid", "a method the gateway does not mint")
+        other = base
+        other["device_integrity"] = nil
+        XCTAssertEqual(try use(other).error, "token_invalid", "a Play Integrity token without its verdict")
+    }
+
     func testZeroSeriesExistFromStart() throws {
         let metrics = try env.admin("/metrics").text
         for line in [#"gateway_play_integrity_verdicts_total{result="minted",reason=""}"#,
