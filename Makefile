@@ -16,7 +16,8 @@ test: deps
 run: deps
 	./scripts/run.sh
 
-# The app's side of the story: AppAttestClient (the iOS package) driven by a simulated iPhone.
+# The app's side of the story: AppAttestClient (the iOS package) driven by a simulated iPhone, then an Android
+# phone's Play Integrity exchange (test keys standing in for Google's).
 demo:
 	./scripts/release-build.sh
 	swift build -c release --product app-demo --static-swift-stdlib
