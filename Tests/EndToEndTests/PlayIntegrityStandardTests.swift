@@ -119,6 +119,18 @@ final class PlayIntegrityStandardTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(MetricsText.sample(unavailable, in: metrics) ?? 0, 3, metrics)
     }
 
+    /// Google forgot the cached access token (revoked, or a restart): the exchange gets a new one and succeeds.
+    func testARevokedAccessTokenIsReplacedWithinTheSameExchange() throws {
+        let first = try challenge()
+        XCTAssertEqual(try exchange(standardToken(first), challenge: first).status, 200)
+        let exchanges = google.requests(to: .token).count
+        google.revokeAccessTokens()
+        let second = try challenge()
+        let reply = try exchange(standardToken(second), challenge: second)
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertEqual(google.requests(to: .token).count, exchanges + 1, "one new access token")
+    }
+
     func testClassicTokensStayLocalWhenTheConsoleKeysAreConfigured() throws {
         let decodes = google.requests(to: .decode).count
         let challenge = try challenge()

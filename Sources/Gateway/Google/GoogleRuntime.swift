@@ -42,7 +42,13 @@ final class GoogleRuntime: Sendable {
     /// (401 `integrity_token_rejected`); anything else that is not a verdict fails closed, 503 `integrity_unavailable`.
     func decode(packageName: String, token: String) async throws(GatewayError) -> [UInt8] {
         do {
-            return try await api.decodeIntegrityToken(packageName: packageName, token: token)
+            do {
+                return try await api.decodeIntegrityToken(packageName: packageName, token: token)
+            } catch .credentialsRefused {
+                // Google's 401 drops the cached access token (revoked, or a Google that forgot it): the second
+                // call exchanges a fresh one. A refused service account is refused again, and that is final.
+                return try await api.decodeIntegrityToken(packageName: packageName, token: token)
+            }
         } catch {
             switch error {
             case .tokenRejected(let detail): throw .integrity(IntegrityError(.tokenRejected, "Google refused the integrity token: \(detail)"))
