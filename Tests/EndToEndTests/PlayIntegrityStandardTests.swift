@@ -119,6 +119,24 @@ final class PlayIntegrityStandardTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(MetricsText.sample(unavailable, in: metrics) ?? 0, 3, metrics)
     }
 
+    /// A Google that accepts the connection and never answers in time: each attempt is cut off, and the client
+    /// gets its 503 within a bounded wait (3 attempts of 3 s; the bound asserted is loose, the machine is shared).
+    func testAHangingGoogleIsCutOff() throws {
+        let challenge = try challenge()
+        google.script(.decode, Array(repeating: .slow(4), count: 3))
+        let patient = UpstreamClient(target: try UpstreamTarget(baseURL: env.gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 60_000))
+        let body = try JSONSerialization.data(withJSONObject: ["integrity_token": standardToken(challenge), "challenge": challenge])
+        let start = Date()
+        let reply = try Reply(patient.send(UpstreamRequest(method: "POST", pathAndQuery: "/play-integrity/token",
+                                                           headers: [HTTPField("Host", "gateway.test"), HTTPField("Content-Type", "application/json")],
+                                                           body: Array(body))))
+        XCTAssertEqual(reply.status, 503, reply.text)
+        XCTAssertEqual(reply.error, "integrity_unavailable")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30)
+        let timeout = env.gateway.waitForEvent { $0["event"] as? String == "request" && ($0["detail"] as? String)?.contains("google_unavailable") == true }
+        XCTAssertNotNil(timeout)
+    }
+
     /// Google forgot the cached access token (revoked, or a restart): the exchange gets a new one and succeeds.
     func testARevokedAccessTokenIsReplacedWithinTheSameExchange() throws {
         let first = try challenge()
