@@ -99,12 +99,14 @@ final class PlayIntegrityTests: XCTestCase {
         XCTAssertEqual(Base64.decode(claims["sub"] as? String ?? "")?.count, 32)
 
         for path in ["/tok/a", "/android-only/b"] {
-            let passed = try env.request("POST", path, headers: [HTTPField("X-App-Attest-Token", token), HTTPField("X-Attest-Method", "app_attest")],
+            let passed = try env.request("POST", path, headers: [HTTPField("X-App-Attest-Token", token), HTTPField("X-Attest-Method", "app_attest"),
+                                                                  HTTPField("X-Attest-Device-Integrity", "MEETS_STRONG_INTEGRITY")],
                                          body: [1])
             XCTAssertEqual(passed.status, 200, "\(path): \(passed.text)")
             XCTAssertEqual(passed.forwarded("X-Attest-Status"), ["verified"])
             XCTAssertEqual(passed.forwarded("X-Attest-Method"), ["play_integrity"], "set by the gateway; the client's copy is dropped")
             XCTAssertEqual(passed.forwarded("X-Attest-Key-Id"), [claims["sub"] as? String ?? ""])
+            XCTAssertEqual(passed.forwarded("X-Attest-Device-Integrity"), ["MEETS_DEVICE_INTEGRITY"])
         }
         let refused = try env.request("GET", "/ios-only/c", headers: [HTTPField("X-App-Attest-Token", token)])
         XCTAssertEqual(refused.status, 403, refused.text)
@@ -123,6 +125,7 @@ final class PlayIntegrityTests: XCTestCase {
         let ios = try env.request("GET", "/ios-only/x", headers: [HTTPField("X-App-Attest-Token", token)])
         XCTAssertEqual(ios.status, 200, ios.text)
         XCTAssertEqual(ios.forwarded("X-Attest-Method"), ["token"])
+        XCTAssertEqual(ios.forwarded("X-Attest-Device-Integrity"), [], "App Attest tokens carry no Play verdict")
         let android = try env.request("GET", "/android-only/x", headers: [HTTPField("X-App-Attest-Token", token)])
         XCTAssertEqual(android.status, 403, android.text)
         XCTAssertEqual(android.error, "token_method_refused")

@@ -94,7 +94,7 @@ struct AssertRoute {
         }
         record.decision = "verified"
         return Outcome(identity: Forwarder.Identity(status: "verified", keyId: passed.keyIdBase64, riskMetric: passed.riskMetric,
-                                                    method: passed.method),
+                                                    method: passed.method, deviceIntegrity: passed.deviceIntegrity),
                        pendingClaim: claim, inFlight: inFlight)
     }
 

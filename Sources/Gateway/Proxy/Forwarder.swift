@@ -19,6 +19,8 @@ struct Forwarder {
         var method: String? = nil
         /// The `app_attest.debug_tokens` name a `debug` request was let through on.
         var debugName: String? = nil
+        /// A Play Integrity token's device labels (`X-Attest-Device-Integrity`, comma-separated).
+        var deviceIntegrity: [String]? = nil
     }
 
     /// Answers the client with the upstream's response; returns its status once the relay has ended.
@@ -113,6 +115,7 @@ struct Forwarder {
         if let risk = identity.riskMetric { headers.append(HTTPField("X-Attest-Risk-Metric", String(risk))) }
         if let method = identity.method { headers.append(HTTPField("X-Attest-Method", method)) }
         if let name = identity.debugName { headers.append(HTTPField("X-Attest-Debug-Name", name)) }
+        if let labels = identity.deviceIntegrity { headers.append(HTTPField("X-Attest-Device-Integrity", labels.joined(separator: ","))) }
         return headers
     }
 }

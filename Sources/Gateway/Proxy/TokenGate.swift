@@ -13,6 +13,8 @@ struct ProvenKey {
     /// `assertion`, `token` (an App Attest token) or `play_integrity` (a token minted for a verdict): the
     /// upstream's `X-Attest-Method`.
     let method: String
+    /// A Play Integrity token's device labels (only the known ones, as minted).
+    var deviceIntegrity: [String]? = nil
 
     var keyIdBase64: String { Base64.encode(keyId) }
 }
@@ -94,6 +96,8 @@ struct TokenGate {
             case .rateLimited(let milliseconds): throw .rateLimited(retryAfterSeconds: max(1, (milliseconds + 999) / 1000))
             }
         }
-        return ProvenKey(keyId: claims.keyId, riskMetric: nil, method: method == .playIntegrity ? "play_integrity" : "token")
+        guard case .playIntegrity(_, let labels) = claims.origin else { return ProvenKey(keyId: claims.keyId, riskMetric: nil, method: "token") }
+        return ProvenKey(keyId: claims.keyId, riskMetric: nil, method: "play_integrity",
+                         deviceIntegrity: labels.filter(IntegrityPolicy.deviceLabels.contains))
     }
 }
