@@ -108,6 +108,9 @@ final class PlayIntegrityTests: XCTestCase {
             XCTAssertEqual(passed.forwarded("X-Attest-Key-Id"), [claims["sub"] as? String ?? ""])
             XCTAssertEqual(passed.forwarded("X-Attest-Device-Integrity"), ["MEETS_DEVICE_INTEGRITY"])
         }
+        if let verified = try PythonJWS.verify(token: token, jwks: env.request("GET", "/.well-known/jwks.json").text) {
+            XCTAssertEqual(verified, "valid", "an upstream verifies it with the JWK Set like an App Attest token")
+        }
         let refused = try env.request("GET", "/ios-only/c", headers: [HTTPField("X-App-Attest-Token", token)])
         XCTAssertEqual(refused.status, 403, refused.text)
         XCTAssertEqual(refused.error, "token_method_refused")
