@@ -39,23 +39,7 @@ public struct PlayIntegrityConfig: Sendable {
         defer { section.finish() }
         let packages = readPackages(section.required("package_names"))
         let digests = section.optional("certificate_sha256").map(readDigests) ?? []
-        let decryptionValue = section.optional("decryption_key_file")
-        let verificationValue = section.optional("verification_key_file")
-        let decryption = decryptionValue.flatMap { readKeyFile($0, baseDirectory: baseDirectory) }
-        let verification = verificationValue.flatMap { readKeyFile($0, baseDirectory: baseDirectory) }
-        var keys: IntegrityKeys?
-        if let (_, bytes) = decryption {
-            if bytes.count != AES256.keyBytes { decryptionValue?.invalid("must hold base64 of a 32-byte AES key (the Play Console's decryption key), got \(bytes.count) bytes") }
-        }
-        if let (_, bytes) = verification, (try? P256PublicKey(bytes: bytes)) == nil {
-            verificationValue?.invalid("must hold base64 of a DER SubjectPublicKeyInfo of an EC P-256 key (the Play Console's verification key)")
-        }
-        if let (_, aesKey) = decryption, let (_, spki) = verification, let publicKey = try? P256PublicKey(bytes: spki) {
-            keys = try? IntegrityKeys(decryptionKey: aesKey, verificationKey: publicKey)
-        }
-        if (decryptionValue == nil) != (verificationValue == nil) {
-            (decryptionValue ?? verificationValue)?.invalid("decryption_key_file and verification_key_file go together (both Play Console keys)")
-        }
+        let console = readConsoleKeys(section, baseDirectory: baseDirectory)
         let serviceAccountValue = section.optional("service_account_file")
         let serviceAccountPath = serviceAccountValue.flatMap { readPath($0, baseDirectory: baseDirectory) }
         var serviceAccount: GoogleServiceAccount?
@@ -74,7 +58,7 @@ public struct PlayIntegrityConfig: Sendable {
                 urlValue.invalid(error.message)
             }
         }
-        if decryptionValue == nil, serviceAccountValue == nil {
+        if !console.configured, serviceAccountValue == nil {
             section.log.report(.missingKey, section.childPath("decryption_key_file"),
                                "configure decryption_key_file and verification_key_file (classic tokens), service_account_file (any token), or both",
                                line: section.line)
@@ -83,11 +67,32 @@ public struct PlayIntegrityConfig: Sendable {
         let recognized = section.optional("require_app_recognized").map { $0.bool() ?? true } ?? true
         let device = section.optional("require_device").flatMap(readLabels) ?? ["MEETS_DEVICE_INTEGRITY"]
         let licensed = section.optional("require_licensed").map { $0.bool() ?? false } ?? false
-        return PlayIntegrityConfig(packageNames: packages, certificateDigests: digests, decryptionKeyFile: decryption?.path,
-                                   verificationKeyFile: verification?.path, localKeys: keys, serviceAccountFile: serviceAccountPath,
+        return PlayIntegrityConfig(packageNames: packages, certificateDigests: digests, decryptionKeyFile: console.decryptionFile,
+                                   verificationKeyFile: console.verificationFile, localKeys: console.keys, serviceAccountFile: serviceAccountPath,
                                    serviceAccount: serviceAccount,
                                    apiURL: apiURL, maxTokenAgeSeconds: age, requireAppRecognized: recognized, requireDevice: device,
                                    requireLicensed: licensed)
+    }
+
+    /// `decryption_key_file` and `verification_key_file`: both or neither, each holding what the Console gives.
+    private static func readConsoleKeys(_ section: ConfigMapping, baseDirectory: String)
+        -> (keys: IntegrityKeys?, decryptionFile: String?, verificationFile: String?, configured: Bool) {
+        let decryptionValue = section.optional("decryption_key_file")
+        let verificationValue = section.optional("verification_key_file")
+        if (decryptionValue == nil) != (verificationValue == nil) {
+            (decryptionValue ?? verificationValue)?.invalid("decryption_key_file and verification_key_file go together (both Play Console keys)")
+        }
+        let decryption = decryptionValue.flatMap { readKeyFile($0, baseDirectory: baseDirectory) }
+        let verification = verificationValue.flatMap { readKeyFile($0, baseDirectory: baseDirectory) }
+        if let decryption, decryption.bytes.count != AES256.keyBytes {
+            decryptionValue?.invalid("must hold base64 of a 32-byte AES key (the Play Console's decryption key), got \(decryption.bytes.count) bytes")
+        }
+        let publicKey = verification.flatMap { try? P256PublicKey(bytes: $0.bytes) }
+        if verification != nil, publicKey == nil {
+            verificationValue?.invalid("must hold base64 of a DER SubjectPublicKeyInfo of an EC P-256 key (the Play Console's verification key)")
+        }
+        let keys = decryption.flatMap { aes in publicKey.flatMap { try? IntegrityKeys(decryptionKey: aes.bytes, verificationKey: $0) } }
+        return (keys, decryption?.path, verification?.path, decryptionValue != nil)
     }
 
     /// Android application ids: two or more dot-separated segments of letters, digits and `_`, each starting with a letter.
