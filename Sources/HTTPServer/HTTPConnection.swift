@@ -216,6 +216,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
                                                    message: "Transfer-Encoding is not exactly \"chunked\""),
                           method: method, target: rawTarget)
         }
+        guard !ConnectionTokens.exceedLimit(fields) else {
+            return reject(RequestFraming.Violation(status: 400, reason: "bad_header",
+                                                   message: "Connection lists more than \(ConnectionTokens.limit) names"),
+                          method: method, target: rawTarget)
+        }
         // The head is held until the exchange ends (and copied a few times on its way upstream): it counts
         // against the same process-wide budget as buffered bodies, so big heads cannot pile up without bound.
         let headBytes = headEnd - headStart

@@ -39,6 +39,35 @@ final class ProxyPartsTests: XCTestCase {
                        [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Content-Type", "text/plain")])
     }
 
+    /// Work, not wall-clock: the thread's CPU time for 8 times the names and headers must grow about 8 times
+    /// (linear), far below the 64 times a header-by-name comparison costs. The best of a few runs each.
+    func testHeaderRulesAreLinearInConnectionNamesTimesHeaders() {
+        func message(_ count: Int) -> [HTTPField] {
+            [HTTPField("Connection", (0..<count).map { "X-Hop-\($0)" }.joined(separator: ", "))]
+                + (0..<count).map { HTTPField("X-Other-\($0)", "v") }
+        }
+        func cost(_ headers: [HTTPField]) -> Double {
+            (0..<3).map { _ in
+                threadCPUSeconds {
+                    XCTAssertEqual(ForwardingRules.requestHeaders(headers).count, headers.count - 1)
+                    XCTAssertEqual(ForwardingRules.responseHeaders(headers).count, headers.count - 1)
+                }
+            }.min()!
+        }
+        let small = message(500), large = message(4000)
+        _ = cost(small)  // warm-up
+        let ratio = cost(large) / max(cost(small), 1e-6)
+        XCTAssertLessThan(ratio, 24, "8× the input cost \(ratio)× the work")
+    }
+
+    private func threadCPUSeconds(_ work: () -> Void) -> Double {
+        var before = timespec(), after = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before)
+        work()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after)
+        return Double(after.tv_sec - before.tv_sec) + Double(after.tv_nsec - before.tv_nsec) / 1e9
+    }
+
     func testListValuesSplitCommasAcrossRepeatedHeaders() {
         let headers = [HTTPField("X-Forwarded-For", "1.1.1.1, 2.2.2.2"), HTTPField("x-forwarded-for", "3.3.3.3")]
         XCTAssertEqual(ForwardingRules.values("x-forwarded-for", in: headers), ["1.1.1.1", "2.2.2.2", "3.3.3.3"])

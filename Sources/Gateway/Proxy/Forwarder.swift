@@ -32,9 +32,14 @@ struct Forwarder {
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
         let stream: UpstreamStream
-        do {
+        do throws(UpstreamError) {
             stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
                                                     upload: upload)
+            // Thousands of names in Connection only make the header rules work: the upstream is broken.
+            if ConnectionTokens.exceedLimit(stream.headers) {
+                stream.cancel()
+                throw UpstreamError.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names")
+            }
         } catch {
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
