@@ -318,6 +318,28 @@ final class ConfigTests: XCTestCase {
         XCTAssertNil(config.routes[0].upstream)
     }
 
+    /// check-config's near-miss warnings: a spelling an upstream may serve as an assert or deny route's path
+    /// that the gateway would route to a weaker one. A trailing slash no longer is one (the router covers it).
+    func testNearMissSpellingsOfStrictRoutesThatReachAWeakerRouteAreWarnedAbout() throws {
+        let config = try GatewayConfig.parse(yaml: withRoutes("""
+              - { path: "/v1/chat", upstream: api, policy: assert }
+              - { path_prefix: "/internal/", policy: deny }
+              - { path_prefix: "/", upstream: api, policy: pass }
+            """))
+        let warned = config.nearMissWarnings.map { $0.components(separatedBy: ": ")[1].components(separatedBy: " would")[0] }
+        XCTAssertTrue(warned.contains("/V1/CHAT"), "\(warned)")
+        XCTAssertTrue(warned.contains("/INTERNAL/x"), "\(warned)")
+        XCTAssertFalse(warned.contains("/v1/chat/"), "the exact route covers its trailing-slash twin")
+        XCTAssertFalse(warned.contains("/internal"), "the prefix covers the path without its slash")
+        XCTAssertFalse(warned.contains("/v1%2Fchat"), "an encoded slash is refused, never routed")
+        XCTAssertTrue(config.nearMissWarnings.allSatisfy { $0.contains("(pass /)") }, "\(config.nearMissWarnings)")
+        let folded = try GatewayConfig.parse(yaml: withRoutes("""
+              - { path: "/v1/chat", upstream: api, policy: assert, case_insensitive: true }
+              - { path_prefix: "/", upstream: api, policy: pass }
+            """))
+        XCTAssertFalse(folded.nearMissWarnings.contains { $0.contains("/V1/CHAT") })
+    }
+
     // MARK: - URLs and addresses
 
     func testUpstreamAndRedisURLRules() {

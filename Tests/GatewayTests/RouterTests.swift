@@ -12,7 +12,8 @@ final class RouterTests: XCTestCase {
             let router = Router(routes: routes)
             XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/chat"), .route(api))
             XCTAssertEqual(router.match(method: "GET", path: "/v1/other"), .route(v1))
-            XCTAssertEqual(router.match(method: "GET", path: "/v1"), .route(root), "a prefix matches only its full bytes")
+            XCTAssertEqual(router.match(method: "GET", path: "/v1"), .route(v1), "a prefix ending in / covers the path without it")
+            XCTAssertEqual(router.match(method: "GET", path: "/v1x"), .route(root), "a prefix matches only its full bytes")
             XCTAssertEqual(router.match(method: "DELETE", path: "/elsewhere"), .route(root))
         }
     }
@@ -21,6 +22,27 @@ final class RouterTests: XCTestCase {
         let router = Router(routes: [api, exact, root])
         XCTAssertEqual(router.match(method: "GET", path: "/v1/ai/health"), .route(exact))
         XCTAssertEqual(router.match(method: "POST", path: "/v1/ai/health/more"), .route(api), "exact means exact")
+    }
+
+    /// The attack run's near misses: `POST /v1/chat/` reached the upstream unverified past an exact assert
+    /// route, `/internal` got past a deny on `/internal/`. Both now take the stricter route.
+    func testNearMissSpellingsTakeTheRouteTheyMissedNotTheCatchAll() {
+        let chat = RouteConfig(match: .exact("/v1/chat"), upstream: "api", policy: .assert, index: 0)
+        let slashed = RouteConfig(match: .exact("/v1/upload/"), upstream: "api", policy: .assert, index: 1)
+        let folded = RouteConfig(match: .exact("/v1/Folded"), upstream: "api", policy: .assert, caseInsensitive: true, index: 2)
+        let internalOnly = RouteConfig(match: .prefix("/internal/"), upstream: nil, policy: .deny, index: 3)
+        let chatSlash = RouteConfig(match: .exact("/v1/own/"), upstream: "api", policy: .pass, index: 4)
+        let own = RouteConfig(match: .exact("/v1/own"), upstream: "api", policy: .assert, index: 5)
+        let router = Router(routes: [chat, slashed, folded, internalOnly, chatSlash, own, root])
+        XCTAssertEqual(router.match(method: "POST", path: "/v1/chat/"), .route(chat))
+        XCTAssertEqual(router.match(method: "POST", path: "/v1/upload"), .route(slashed))
+        XCTAssertEqual(router.match(method: "POST", path: "/V1/FOLDED/"), .route(folded))
+        XCTAssertEqual(router.match(method: "GET", path: "/internal"), .route(internalOnly))
+        XCTAssertEqual(router.match(method: "GET", path: "/internal/x"), .route(internalOnly))
+        XCTAssertEqual(router.match(method: "GET", path: "/v1/own/"), .route(chatSlash), "a twin with its own exact route keeps it")
+        XCTAssertEqual(router.match(method: "GET", path: "/v1/chat/x"), .route(root), "exact still means one path (and its twin)")
+        XCTAssertEqual(router.match(method: "GET", path: "/internalx"), .route(root))
+        XCTAssertEqual(router.match(method: "GET", path: "/"), .route(root))
     }
 
     func testWrongMethodIsRefusedAndNeverFallsThroughToAShorterPrefix() {

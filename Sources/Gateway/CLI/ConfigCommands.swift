@@ -29,6 +29,7 @@ public enum CheckConfigCommand {
                 print("play_integrity: packages \(play.packageNames.joined(separator: ", ")); \(ways.joined(separator: "; "))")
             }
             if let warning = config.debugTokenWarning { print("warning: \(warning)") }
+            for warning in config.nearMissWarnings { print("warning: \(warning)") }
             do throws(StoreError) {
                 _ = try config.redis.options()
             } catch {

@@ -24,6 +24,15 @@ public struct RequestHardening: Sendable, Equatable {
     }
 }
 
+extension RequestHardening {
+    /// The decoded path a request is routed by, or nil for `400 bad_path` (see `PathDecoding`).
+    func routablePath(_ rawPath: String) -> String? {
+        guard let path = PathDecoding.decode(rawPath) else { return nil }
+        if !allowPathParameters, PathDecoding.hasPathParameters(path) { return nil }
+        return path
+    }
+}
+
 extension PathDecoding {
     /// A decoded path with ";" (sent raw or as %3B): path parameters to servlet containers.
     static func hasPathParameters(_ decodedPath: String) -> Bool {

@@ -77,8 +77,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     /// The response to send, or nil when the upstream's was relayed already.
     private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse? {
         let head = exchange.head
-        guard let path = PathDecoding.decode(head.path) else { throw .badPath }
-        if !runtime.config.hardening.allowPathParameters, PathDecoding.hasPathParameters(path) { throw .badPath }
+        guard let path = runtime.config.hardening.routablePath(head.path) else { throw .badPath }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"

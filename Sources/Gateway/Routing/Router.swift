@@ -8,6 +8,9 @@ public enum RouteMatch: Sendable, Equatable {
 }
 
 /// Picks the route for a decoded path: an exact `path` first, else the longest `path_prefix`.
+/// Near misses take the safe reading, since frameworks route them to the same handler: an exact path also
+/// covers its trailing-slash twin (`/v1/chat` and `/v1/chat/`), unless the twin has an exact route of its
+/// own, and a prefix ending in "/" also covers the path without it (`/internal/` covers `/internal`).
 /// Paths compare byte for byte (UTF-8), not by Unicode canonical equivalence, so the route chosen is the
 /// one for the exact bytes the upstream will receive. Routes with `case_insensitive` compare folded paths
 /// (see `fold`); a case-sensitive exact route beats a case-insensitive one.
@@ -48,10 +51,23 @@ public struct Router: Sendable {
         let bytes = Array(path.utf8)
         let folded = folds ? Array(Router.fold(path).utf8) : bytes
         let found = exact[bytes] ?? (folds ? exactFolded[folded] : nil)
-            ?? prefixes.first(where: { ($0.folded ? folded : bytes).starts(with: $0.prefix) })?.route
+            ?? Router.twin(bytes).flatMap { exact[$0] } ?? (folds ? Router.twin(folded).flatMap { exactFolded[$0] } : nil)
+            ?? prefixes.first(where: { Router.covers($0.prefix, ($0.folded ? folded : bytes)) })?.route
         guard let route = found else { return .notFound }
         guard let methods = route.methods else { return .route(route) }
         return methods.contains(method) ? .route(route) : .methodNotAllowed(route, allowed: methods)
+    }
+
+    /// The path with a trailing "/" added or taken off ("/" itself has none).
+    private static func twin(_ path: [UInt8]) -> [UInt8]? {
+        guard path.count > 1 else { return nil }
+        return path.last == UInt8(ascii: "/") ? Array(path.dropLast()) : path + [UInt8(ascii: "/")]
+    }
+
+    /// A prefix covers the paths starting with it and, when it ends in "/", the path without that "/".
+    private static func covers(_ prefix: [UInt8], _ path: [UInt8]) -> Bool {
+        path.starts(with: prefix)
+            || (prefix.count > 1 && prefix.last == UInt8(ascii: "/") && path.count == prefix.count - 1 && prefix.starts(with: path))
     }
 
     /// Case folding as case-insensitive frameworks compare: upper case, then lower case, so that the
