@@ -54,6 +54,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private var bodyPaused = false
     private var bodyError: BodyReadError?
     private var bodyStarted = false
+    /// The framing check of a chunked body, until its last byte (nil for other bodies).
+    private var chunkedScan: ChunkedScan?
     private var reserved = 0
 
     // Response writing.
@@ -237,6 +239,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         let exchange = HTTPExchange(head: head, loop: loop, connection: self)
         phase = .handling(exchange)
         (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, headBytes, 0, false)
+        chunkedScan = framing == .chunked ? ChunkedScan(maxTrailerBytes: shared.limits.maxHeaderBytes) : nil
         (responseStarted, responseEnded, chunked, headOnly, clientGone, finishedOutcome, outcomeOverride) = (false, false, false, method == "HEAD", false, nil, nil)
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
@@ -373,15 +376,28 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     private func feedBody(_ bytes: UnsafeRawBufferPointer) {
-        let fed = parser.feed(bytes)
-        deliverReadBody()
-        switch fed {
-        case .consumed:
-            break
-        case .messageComplete(let consumed):
-            inbound.append(contentsOf: bytes[consumed...])  // the next pipelined request
-        case .failed(let detail):
-            if bodyError == nil { bodyError = .malformed(detail) }
+        // Chunked framing is checked before the parser sees it, and both must find the same end.
+        var scannedEnd: Int?
+        switch chunkedScan?.scan(bytes) {
+        case .invalid(let problem)?:
+            if bodyError == nil { bodyError = .badChunk(problem) }
+        case .ended(let end)?:
+            (scannedEnd, chunkedScan) = (end, nil)
+            fallthrough
+        case .more?, nil:
+            let fed = parser.feed(bytes)
+            deliverReadBody()
+            switch fed {
+            case .consumed:
+                if scannedEnd != nil, bodyError == nil { bodyError = .badChunk("the body's end is read two ways") }
+            case .messageComplete(let consumed):
+                if chunkedScan != nil || scannedEnd.map({ $0 != consumed }) == true, bodyError == nil {
+                    bodyError = .badChunk("the body's end is read two ways")
+                }
+                inbound.append(contentsOf: bytes[consumed...])  // the next pipelined request
+            case .failed(let detail):
+                if bodyError == nil { bodyError = .malformed(detail) }
+            }
         }
         if let bodyError {
             keepAlive = false

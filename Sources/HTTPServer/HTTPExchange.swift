@@ -36,6 +36,8 @@ public enum BodyReadError: Error, Equatable, Sendable {
     /// The process-wide budget for buffered bodies is spent.
     case overloaded
     case malformed(String)
+    /// Chunked framing bytes outside RFC 9112's grammar (see `ChunkedScan`).
+    case badChunk(String)
 
     public var reasonCode: String {
         switch self {
@@ -44,6 +46,7 @@ public enum BodyReadError: Error, Equatable, Sendable {
         case .clientGone: "client_aborted"
         case .overloaded: "server_busy"
         case .malformed: "bad_body"
+        case .badChunk: "bad_chunked_body"
         }
     }
 
@@ -53,7 +56,7 @@ public enum BodyReadError: Error, Equatable, Sendable {
         case .timeout: 408
         case .clientGone: 499
         case .overloaded: 503
-        case .malformed: 400
+        case .malformed, .badChunk: 400
         }
     }
 
@@ -64,6 +67,7 @@ public enum BodyReadError: Error, Equatable, Sendable {
         case .clientGone: "the client closed the connection"
         case .overloaded: "too many request bodies are buffered right now; retry shortly"
         case .malformed(let detail): "the request body is malformed: \(detail)"
+        case .badChunk(let detail): "the chunked request body is malformed: \(detail)"
         }
     }
 

@@ -45,6 +45,52 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(handler.rejected.count, cases.count, "each refusal is reported for the log and metrics")
     }
 
+    /// libhttp-parser (non-strict) accepts each of these; a front proxy passing chunked bodies through as they
+    /// are could read them otherwise. Each is 400 bad_chunked_body and the handler never gets a body.
+    func testChunkedFramingOutsideTheGrammarIs400AndNeverReachesTheHandler() throws {
+        let handler = TestHandler()
+        let server = try start(handler)
+        let head = Array("POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".utf8)
+        let bodies: [[UInt8]] = [
+            Array("5\r\nhelloXY5\r\nworldZZ0\r\n\r\n".utf8),  // the two bytes after chunk data are not CRLF
+            Array("5\r\nhello\rX0\r\n\r\n".utf8),
+            Array("5\r\nhello\n0\r\n\r\n".utf8),
+            Array("5\nhello\r\n0\r\n\r\n".utf8),  // bare LF after the size
+            Array("5;ext=a".utf8) + [0] + Array("b\r\nhello\r\n0\r\n\r\n".utf8),  // NUL in an extension
+            Array("5;ext=\u{1}\r\nhello\r\n0\r\n\r\n".utf8),
+            Array("5 \r\nhello\r\n0\r\n\r\n".utf8),  // whitespace with no extension after it
+            Array(" 5\r\nhello\r\n0\r\n\r\n".utf8),
+            Array("0x5\r\nhello\r\n0\r\n\r\n".utf8),
+            Array("\r\n0\r\n\r\n".utf8),  // an empty size
+            Array("0\r\nX-T: a\r\n folded\r\n\r\n".utf8),  // obs-fold in a trailer
+            Array("0\r\nX T: a\r\n\r\n".utf8),  // a space in a trailer name
+            Array("0\r\nX-T : a\r\n\r\n".utf8),
+            Array("0\r\nX-T: a\nX-U: b\r\n\r\n".utf8),  // bare LF in trailers
+            Array("0\r\nX-T: a\u{1}\r\n\r\n".utf8),
+            Array("0\r\n\r\r".utf8),
+        ]
+        for body in bodies {
+            let client = try RawHTTPClient(port: server.port)
+            try client.send(head + body)
+            let response = try client.readResponse()
+            let shown = String(decoding: body, as: UTF8.self).debugDescription
+            XCTAssertEqual(response.status, 400, shown)
+            XCTAssertEqual(errorReason(response), "bad_chunked_body", shown)
+        }
+        XCTAssertTrue(handler.requests.isEmpty)
+        // Well-framed: extensions, trailers, upper-case hex, arriving a byte per read; then a pipelined request.
+        let client = try RawHTTPClient(port: server.port)
+        try client.send(head)
+        for byte in Array("A;name=\"v a\"\r\n0123456789\r\n2 ;x\r\nab\r\n0\r\nX-Sum: 1\r\n\r\n".utf8) {
+            try client.send([byte])
+            usleep(200)
+        }
+        try client.send("GET /next HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 200)
+        XCTAssertEqual(try client.readResponse().status, 200)
+        XCTAssertEqual(handler.requests.map(\.body), [Array("0123456789ab".utf8), []])
+    }
+
     func testTransferEncodingWithTrailingSpaceIsFramedOneWayOnly() throws {
         let handler = TestHandler()
         let server = try start(handler)

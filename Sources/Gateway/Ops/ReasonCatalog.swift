@@ -43,8 +43,8 @@ enum ReasonCatalog {
         .deviceTokenMissing, .deviceTokenInvalid(""), .deviceTokenReused, .deviceFlagged(""), .alreadyClaimed, .claimInProgress,
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
         .tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .tokenSigningFailed(""),
-        .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")), .debugTokenInvalid, .debugTokenRefused,
-        .tokenMethodRefused(""), .integrityUnavailable(""),
+        .body(.timeout), .body(.clientGone), .body(.overloaded), .body(.malformed("")), .body(.badChunk("")), .debugTokenInvalid,
+        .debugTokenRefused, .tokenMethodRefused(""), .integrityUnavailable(""),
     ] + VerificationError.Reason.allCases.map { .verification(VerificationError($0, "")) }
         + IntegrityError.Reason.allCases.map { .integrity(IntegrityError($0, "")) }
 
