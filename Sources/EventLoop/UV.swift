@@ -557,6 +557,18 @@ public final class TCPConnection: LoopHandle {
         return String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// Whether the peer sent anything not read yet, or closed its side: a non-blocking `MSG_PEEK` of one byte.
+    /// An idle kept-alive connection must have neither before it carries a request (the loop may not have
+    /// polled it since an upstream spoke out of turn).
+    public var hasUnreadInput: Bool {
+        guard !isClosed else { return true }
+        var fd = uv_os_fd_t()
+        guard uv_fileno(UnsafeRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self), &fd) == 0 else { return true }
+        var byte: UInt8 = 0
+        let peeked = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return peeked >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)
+    }
+
     public func startReading() {
         guard !reading, !isClosed else { return }
         reading = true

@@ -270,8 +270,10 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     func parsedHeadersComplete(status: Int) -> Bool {
         guard status >= 200 else {
-            fields.removeAll(keepingCapacity: true)  // an interim response (100, 103): the final one follows
-            return false
+            // An interim response (100, 103): the final one follows. It never has a body (RFC 9112 §6.3), whatever
+            // its head says: bytes after it are the final response's, or the upstream's protocol error.
+            fields.removeAll(keepingCapacity: true)
+            return true
         }
         self.status = status
         headComplete = true
@@ -304,6 +306,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
             && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
+            && ResponseFraming.isUnambiguous(fields, status: status, method: request.method)
         let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, fields: fields) : 0
         if keepFor > 0 { pool.put(connection, limit: maxIdle, keepForMs: keepFor) } else { connection.close() }
         outcome = .some(nil)

@@ -117,13 +117,14 @@ final class PlainHTTPPool {
     }
 
     /// The most recently used idle connection still within its keep-alive time; older ones met on the way
-    /// are closed (the upstream may be closing them right now).
+    /// are closed (the upstream may be closing them right now), and so is one with bytes waiting or closed by
+    /// the upstream: an unsolicited response would otherwise be read as the next request's.
     func take(_ key: String) -> PlainHTTPConnection? {
         guard let slot = idle.firstIndex(where: { $0.key == key }) else { return nil }
         while let connection = idle[slot].connections.popLast() {
             idleCount -= 1
             connection.pool = nil
-            if !connection.isExpired(at: loop.nowMs) { return connection }
+            if !connection.isExpired(at: loop.nowMs) && !connection.tcp.hasUnreadInput { return connection }
             connection.close()
         }
         return nil

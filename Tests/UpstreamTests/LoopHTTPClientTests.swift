@@ -91,20 +91,23 @@ final class LoopHTTPClientTests: XCTestCase {
 
     func testHeadAnd204And304ResponsesHaveNoBodyWhateverTheirLength() throws {
         let server = try ScriptedUpstream { connection in
-            connection.readHead()
-            connection.send("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n")
-            connection.readHead()
-            connection.send("HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n")
-            connection.readHead()
-            connection.send("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")
-            connection.waitForClose()
+            while let head = connection.readHead() {
+                if head.hasPrefix("HEAD") {
+                    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n")
+                } else if head.contains("/c") {
+                    connection.send("HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n")
+                } else {
+                    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")
+                }
+            }
         }
         let results = try run(try client(server.baseURL), UpstreamRequest(method: "HEAD", pathAndQuery: "/h"), Self.get("/c"), Self.get("/d"))
         XCTAssertEqual(results.map(\.status), [200, 304, 200])
         XCTAssertEqual(results.map(\.text), ["", "", "abc"])
         XCTAssertEqual(results.map(\.error), [nil, nil, nil])
-        XCTAssertEqual(results.map { $0.timing?.reusedConnection }, [false, true, true])
-        XCTAssertEqual(server.connections, 1)
+        // A bodiless response that declares a length is trusted for its own framing, not for the connection's next use.
+        XCTAssertEqual(results.map { $0.timing?.reusedConnection }, [false, false, false])
+        XCTAssertEqual(server.connections, 3)
     }
 
     func testBodyReadUntilCloseArrivesWholeAndItsConnectionIsNotReused() throws {
@@ -281,6 +284,70 @@ final class LoopHTTPClientTests: XCTestCase {
         let chunked = try run(client, Self.get("/chunked")).first
         XCTAssertEqual(chunked?.status, 200, "chunked alone, in any case and with blanks, is decoded")
         XCTAssertEqual(chunked?.body, Array("ok".utf8))
+    }
+
+    /// A 1xx never has a body (RFC 9112 §6.3): a `Content-Length` on one is not read as one, so its bytes are
+    /// never put in front of the final response's body.
+    func testAnInterimResponseNeverHasABody() throws {
+        let server = try ScriptedUpstream { connection in
+            while let head = connection.readHead() {
+                if head.contains("/poison") {
+                    connection.send("HTTP/1.1 100 Continue\r\nContent-Length: 6\r\n\r\nPOISONHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                } else {
+                    connection.send("HTTP/1.1 103 Early Hints\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                }
+            }
+        }
+        let results = try run(try client(server.baseURL), Self.get("/poison"), Self.get("/hints"))
+        XCTAssertEqual(results[0].error?.reasonCode, "upstream_protocol_error")
+        XCTAssertFalse(results[0].text.contains("POISON"))
+        XCTAssertEqual(results[1].text, "ok")
+    }
+
+    /// A response that must have no body but declares a length (HEAD, 204, 304): the upstream may send the
+    /// body anyway, and the next exchange would read it as its response. Its connection is not reused.
+    func testABodilessResponseThatDeclaresALengthDoesNotKeepItsConnection() throws {
+        let server = try ScriptedUpstream { connection in
+            while let head = connection.readHead() {
+                if head.hasPrefix("HEAD") {
+                    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+                } else if head.contains("/204") {
+                    connection.send("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n")
+                } else {
+                    connection.send("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright")
+                    continue
+                }
+                usleep(50_000)
+                connection.send("wrong")  // the body a bodiless response "declared"
+            }
+        }
+        let results = try run(try client(server.baseURL), UpstreamRequest(method: "HEAD", pathAndQuery: "/h"), Self.get("/a"),
+                              Self.get("/204"), Self.get("/b"))
+        XCTAssertEqual(results.map(\.status), [200, 200, 204, 200])
+        XCTAssertEqual(results.map(\.outcome), ["", "right", "", "right"])
+        XCTAssertEqual(server.connections, 3, "HEAD and 204 with a length each cost their connection")
+        Thread.sleep(forTimeInterval: 0.2)  // the script's threads end: their sockets count in a later test's descriptor check
+    }
+
+    /// An upstream that sends a response nobody asked for: the bytes wait on the idle connection before the loop
+    /// read them (the loop was busy), and the next exchange must not take them for its answer.
+    func testAPooledConnectionWithUnreadBytesIsNotReused() throws {
+        let server = try ScriptedUpstream { connection in
+            if connection.number == 1, connection.readHead() != nil {
+                connection.send("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+                usleep(20_000)
+                connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstolen")
+            }
+            while connection.readHead() != nil { connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond") }
+        }
+        let client = try client(server.baseURL)
+        let results = try loop.waitForTask { () -> [Exchanged] in
+            let first = await Exchanged.run(client, Self.get("/1"))
+            usleep(300_000)  // the loop does not poll meanwhile: the unsolicited response lands in the socket unread
+            return [first, await Exchanged.run(client, Self.get("/2"))]
+        }
+        XCTAssertEqual(results.map(\.outcome), ["first", "second"])
+        XCTAssertEqual(server.connections, 2)
     }
 
     func testRefusedConnectionIsUnavailable() throws {
