@@ -256,7 +256,7 @@ extension UpstreamClient {
 
     private func exchange(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts?,
                           upload: UpstreamUpload?) async throws(UpstreamError) -> UpstreamStream {
-        try request.validate()
+        try request.validate(upload: upload)
         let timeouts = timeouts ?? target.timeouts
         if let endpoint = target.plainHTTP {
             return try await PlainHTTPExchange.open(request, endpoint: endpoint, pool: multi.plainHTTP, timeouts: timeouts, upload: upload,

@@ -76,7 +76,7 @@ public struct UpstreamRequest: Sendable, Equatable {
 
 extension UpstreamRequest {
     /// Rejects what would break the request line or header block before anything is sent.
-    func validate() throws(UpstreamError) {
+    func validate(upload: UpstreamUpload? = nil) throws(UpstreamError) {
         guard !method.isEmpty, method.allBytes(HTTPField.isTokenByte) else {
             throw .invalidRequest("method \"\(method)\" is not an HTTP token")
         }
@@ -93,9 +93,16 @@ extension UpstreamRequest {
                 throw .invalidRequest("header \(field.name) has a line break or NUL in its value")
             }
         }
-        guard method != "HEAD" || body.isEmpty else {
-            throw .invalidRequest("a HEAD request cannot carry a body")
+        let streamsBody = upload.map { $0.length != 0 } ?? false  // chunked (no length) or a length over 0
+        guard Self.mayCarryBody(method) || (body.isEmpty && !streamsBody) else {
+            throw .invalidRequest("a \(method) request cannot carry a body")
         }
+    }
+
+    /// GET and HEAD carry no body, in memory or streamed: it has no meaning for them (RFC 9110 §9.3.1), and an
+    /// upstream that does not read it would take its bytes for the next request on the connection.
+    public static func mayCarryBody(_ method: String) -> Bool {
+        method != "GET" && method != "HEAD"
     }
 
     /// Header lines for curl, each ended by a NUL, one after another in one buffer (no String per line):

@@ -139,6 +139,27 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(try client.readResponse().body, [0, 1, 2])
     }
 
+    /// GET and HEAD carry no body on either path (streamed on a pass route, read whole on an assert route): an
+    /// upstream that does not read one would take its bytes for the next request. Refused before any is read.
+    func testAGetOrHeadWithABodyIsRefusedOnEveryPath() throws {
+        let env = try start()
+        for (request, path) in [("GET /upload/x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/upload/x"),
+                                ("HEAD /upload/y HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "/upload/y"),
+                                ("GET /secure/z HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/secure/z")] {
+            let client = try RawHTTPClient(port: env.gateway.port)
+            try client.send(request)
+            let response = try client.readResponse(method: request.hasPrefix("HEAD") ? "HEAD" : "GET")
+            XCTAssertEqual(response.status, 400, path)
+            XCTAssertEqual(response.header("X-Attest-Error"), "bad_request", path)
+            let line = env.gateway.waitForEvent { $0["path"] as? String == path }
+            XCTAssertNil(line?["upstream_status"], "never forwarded: \(String(describing: line))")
+        }
+        // An empty body is no body.
+        let client = try RawHTTPClient(port: env.gateway.port)
+        try client.send("GET /upload/empty HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+        XCTAssertEqual(try client.readResponse().status, 200)
+    }
+
     func testAnUpstreamResponseThatIsNotValidHTTPIsTheUpstreamsProtocolErrorAndNeverRelayed() throws {
         // A field name that is not a token (libhttp-parser refuses it: nginx's "upstream sent invalid header"),
         // a status outside 200–599 (the upstream's fault, not the gateway's 500): each a 502 whose log line

@@ -350,6 +350,29 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(server.connections, 2)
     }
 
+    /// The rule of in-memory bodies holds for streamed ones: GET and HEAD carry none, and nothing is sent.
+    func testAGetOrHeadWithAStreamedBodyIsRefusedBeforeAnythingIsSent() throws {
+        let server = try ScriptedUpstream { connection in
+            while connection.readHead() != nil { connection.send("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") }
+        }
+        let client = try client(server.baseURL)
+        let results = try loop.waitForTask { () -> [Exchanged] in
+            var results: [Exchanged] = []
+            for (method, length, inMemory) in [("GET", 5, false), ("HEAD", nil, false), ("GET", 0, false), ("HEAD", 0, true)] as [(String, Int?, Bool)] {
+                let upload = inMemory ? nil : UpstreamUpload(length: length)
+                if let upload, length != 0 {
+                    _ = Array("hello".utf8).withUnsafeBytes { upload.write($0) }
+                }
+                upload?.finish()
+                let body = inMemory ? Array("hello".utf8) : []
+                results.append(await Exchanged.run(client, UpstreamRequest(method: method, pathAndQuery: "/", body: body), upload: upload))
+            }
+            return results
+        }
+        XCTAssertEqual(results.map { $0.error?.reasonCode }, ["upstream_invalid_request", "upstream_invalid_request", nil, "upstream_invalid_request"])
+        XCTAssertEqual(server.requests.count, 1, "only the GET with an empty body was sent")
+    }
+
     func testRefusedConnectionIsUnavailable() throws {
         let server = try ScriptedUpstream { _ in }
         server.stop()

@@ -82,7 +82,8 @@ enum ReasonCatalog {
         switch error {
         case .verification(let verification): return places(of: verification.reason)
         case .assertionMissing, .badHeader, .keyUnknown, .noMatchingKey, .keyRevoked: return [.assertion]
-        case .badRequest: return [.builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice), .builtin(.playIntegrityToken)]
+        case .badRequest:
+            return [.anyRoute, .builtin(.assertChallenge), .builtin(.attestVerify), .builtin(.verifyDevice), .builtin(.playIntegrityToken)]
         case .badPath, .routeNotFound: return [.unrouted]
         case .bodyTooLarge, .body: return [.anyRoute]
         case .tokenExpired, .tokenInvalid, .tokenRevoked, .tokenReused: return [.assertion]

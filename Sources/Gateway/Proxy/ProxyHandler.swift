@@ -97,6 +97,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         record.route = route.name
         // Answered without reading the body (the connection then closes rather than skip it).
         if route.policy == .deny { throw .routeDenied }
+        // The upstream client's rule, before anything is read: GET and HEAD carry no body.
+        if head.hasBody, !UpstreamRequest.mayCarryBody(head.method) { throw .badRequest("a \(head.method) request cannot carry a body") }
         // A declared length over the limit is refused before any other check: it costs nothing to know.
         if case .contentLength(let length) = head.framing, length > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
         let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
