@@ -152,7 +152,7 @@ EOF
 gateway_config "$gateway_port" "$admin_port" "$redis_url" "$work/ca" \
     "sse: { url: \"$sse_url\", max_idle_connections: $((sse_streams + 100)) }" \
     -- '{ path_prefix: "/sse/", upstream: sse, policy: pass }' \
-    -- "server: { connection_limit: $((idle_count + 500)) }" > "$work/gateway.yaml"
+    -- "server: { connection_limit: $((idle_count + 500)), per_ip_connection_limit: 0 }" > "$work/gateway.yaml"
 gateway_config "$old_port" "$old_admin_port" "redis://127.0.0.1:$redis_port/1" "$work/old-ca" > "$work/old-gateway.yaml"
 python3 bench/sse_upstream.py --port "$sse_port" --events "$sse_events" --interval 1 > "$work/logs/sse-upstream.log" 2>&1 &
 sse_pid=$!

@@ -18,6 +18,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     /// Bytes received and not yet consumed: a head being assembled, or what follows the current request.
     private var inbound: [UInt8] = []
     private var scanned = 0
+    /// Bytes of an unfinished head held against the process-wide budget (see `reserveHead`).
+    private var headReserved = 0
+    /// A head's first bytes are free of the budget: a normal request never touches it.
+    private static let unbudgetedHead = 4096
     /// Beyond this, bytes that arrive while a request is handled stop being read (pipelining bound).
     private static let pipelineBound = 64 * 1024
     /// Writes queued beyond this make `writeBody` report "full"; below `lowWatermark` writing resumes.
@@ -154,6 +158,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     private func parseHead() {
+        guard reserveHead() else {
+            shared.handler.rejected(method: "-", target: "-", clientAddress: clientAddress, status: 503, reason: "server_busy")
+            socket.stopReading()
+            return refuse(BodyReadError.overloaded.response)
+        }
         let outcome = inbound.withUnsafeBytes { HeadScan.findEnd($0, from: scanned) }
         switch outcome {
         case .incomplete(let upTo):
@@ -165,6 +174,21 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             guard end - start <= shared.limits.maxHeaderBytes else { return rejectOversizedHead() }
             beginRequest(headStart: start, headEnd: end)
         }
+    }
+
+    /// Unfinished heads count against the budget of buffered bodies beyond their first 4 KiB (in 4 KiB steps):
+    /// 12,000 connections each holding a 32 KiB head unfinished took 260 MiB with no bound but their number.
+    private func reserveHead() -> Bool {
+        let needed = max(0, inbound.count - Self.unbudgetedHead + 4095) / 4096 * 4096
+        guard needed > headReserved else { return true }
+        guard shared.bodyBudget.reserve(needed - headReserved) else { return false }
+        headReserved = needed
+        return true
+    }
+
+    private func releaseHead() {
+        shared.bodyBudget.release(headReserved)
+        headReserved = 0
     }
 
     /// 414 when the request line alone is over the limit (the target is what is too long), else 431.
@@ -226,6 +250,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         // The head is held until the exchange ends (and copied a few times on its way upstream): it counts
         // against the same process-wide budget as buffered bodies, so big heads cannot pile up without bound.
         let headBytes = headEnd - headStart
+        releaseHead()  // held from here on as the exchange's
         guard shared.bodyBudget.reserve(headBytes) else {
             shared.handler.rejected(method: method, target: rawTarget, clientAddress: clientAddress, status: 503, reason: "server_busy")
             socket.stopReading()
@@ -717,6 +742,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             finish(exchange, .clientAborted)
         }
         phase = .closed
+        releaseHead()
         timer.close()
         if !clientGone { flushOutgoing() }  // what was said before an abort still goes out, then the close
         socket.close()

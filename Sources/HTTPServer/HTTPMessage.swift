@@ -103,10 +103,13 @@ public protocol HTTPHandler: AnyObject, Sendable {
     func handle(_ exchange: HTTPExchange) async
     /// The server answered `status` itself (bad framing, bad target, limits): for logs and metrics.
     func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String)
+    /// Whether connections from this peer address are exempt from `perIPConnectionLimit` (a trusted proxy's).
+    func exemptFromPerIPLimit(_ peerAddress: String) -> Bool
 }
 
 extension HTTPHandler {
     public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {}
+    public func exemptFromPerIPLimit(_ peerAddress: String) -> Bool { false }
 }
 
 /// A handler that takes a whole request and gives a whole response: built-in endpoints, admin, tests.
@@ -135,7 +138,8 @@ public struct ServerLimits: Sendable, Equatable {
     public var workers: Int
     /// Open client connections, all loops together; over it a connection gets a 503 and is closed.
     public var connectionLimit: Int
-    /// 0 = no per-IP limit (behind a load balancer every connection shares its address).
+    /// 0 = no per-IP limit. Peers the handler exempts (trusted proxies, whose connections all share an
+    /// address) are not counted.
     public var perIPConnectionLimit: Int
     /// The whole request head (request line and headers) must arrive within this.
     public var headerTimeoutMs: Int
@@ -169,4 +173,7 @@ public struct ServerLimits: Sendable, Equatable {
     }
 
     public static var defaultWorkers: Int { max(1, ProcessInfo.processInfo.activeProcessorCount) }
+    /// `server.per_ip_connection_limit` by default: one address cannot take a directly exposed gateway's
+    /// connections (or head memory) alone; a carrier-grade NAT's many users rarely hold this many at once.
+    public static let defaultPerIPConnectionLimit = 512
 }

@@ -79,6 +79,8 @@ final class ServerShared: @unchecked Sendable {
     let inFlight = Atomic<Int>(0)
     let bodyBudget: BodyBudget
     private let draining = Atomic<Bool>(false)
+    /// Connections closed since a trim was last scheduled.
+    private let closedSinceTrim = Atomic<Int>(0)
     private let perIP = PthreadLock()
     private var perIPCounts: [String: Int] = [:]
     /// Each loop's open connections, touched only on that loop (keyed by loop, so no lock on the hot path).
@@ -111,7 +113,7 @@ final class ServerShared: @unchecked Sendable {
         if open > limits.connectionLimit {
             return refuse(connection, reason: "connection_limit", "the gateway has \(limits.connectionLimit) connections open; retry shortly")
         }
-        if limits.perIPConnectionLimit > 0 {
+        if limits.perIPConnectionLimit > 0, !handler.exemptFromPerIPLimit(connection.clientAddress) {
             let admitted = perIP.withLock { () -> Bool in
                 let count = perIPCounts[connection.clientAddress, default: 0]
                 guard count < limits.perIPConnectionLimit else { return false }
@@ -138,6 +140,7 @@ final class ServerShared: @unchecked Sendable {
 
     func connectionClosed(_ connection: HTTPConnection) {
         connections.subtract(1, ordering: .relaxed)
+        releaseMemoryAfterManyCloses(on: connection.loop)
         connections(of: connection.loop).set.removeValue(forKey: ObjectIdentifier(connection))
         if connection.countedPerIP {
             perIP.withLock {
@@ -145,6 +148,17 @@ final class ServerShared: @unchecked Sendable {
                 perIPCounts[connection.clientAddress] = left > 0 ? left : nil
             }
         }
+    }
+
+    /// After a burst of closes (a flood of connections holding big unfinished heads, say) the freed buffers go
+    /// back to the system a second after the burst, not at the next periodic trim: every 1,024 closes push
+    /// the trim of the closing loop a second further (a loop thread only ever touches its own timer).
+    private func releaseMemoryAfterManyCloses(on loop: EventLoop) {
+        guard closedSinceTrim.add(1, ordering: .relaxed).newValue >= 1024 else { return }
+        closedSinceTrim.store(0, ordering: .relaxed)
+        let local = connections(of: loop)
+        if local.trimTimer == nil { local.trimTimer = LoopTimer(loop) { releaseFreedMemory() } }
+        local.trimTimer?.start(milliseconds: 1000)
     }
 
     func requestStarted() { inFlight.add(1, ordering: .relaxed) }
@@ -162,6 +176,8 @@ final class ServerShared: @unchecked Sendable {
 /// One loop's connections (its own thread only).
 final class LoopConnections {
     var set: [ObjectIdentifier: HTTPConnection] = [:]
+    /// Gives freed memory back after a burst of closes.
+    var trimTimer: LoopTimer?
 }
 
 /// The process-wide bound on request-body bytes held in memory.

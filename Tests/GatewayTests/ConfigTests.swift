@@ -128,7 +128,7 @@ final class ConfigTests: XCTestCase {
         XCTAssertTrue(config.appAttest.trustAnchor.isApple)
         XCTAssertNil(config.appAttest.trustAnchorFile)
         XCTAssertEqual([config.appAttest.challengeTTLSeconds, config.appAttest.keyCacheSize], [300, 20_000])
-        XCTAssertEqual(config.server, ServerLimits())
+        XCTAssertEqual(config.server, ServerLimits(perIPConnectionLimit: ServerLimits.defaultPerIPConnectionLimit))
         XCTAssertEqual(config.log, LogConfig(level: .info))
         let api = try XCTUnwrap(config.upstream(named: "api"))
         XCTAssertEqual([api.connectTimeoutMs, api.firstByteTimeoutMs, api.idleTimeoutMs, api.timeoutMs, api.maxIdleConnections],

@@ -147,6 +147,27 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(try third.readResponse().status, 200, "the first head's bytes were given back")
     }
 
+    /// Heads still arriving count too (beyond their first 4 KiB): 12,000 connections each holding 32 KiB of an
+    /// unfinished head took 260 MiB, bounded only by their number.
+    func testUnfinishedHeadsCountAgainstTheMemoryBudget() throws {
+        let server = try start(TestHandler(), limits: ServerLimits(workers: 1, maxHeaderBytes: 65_536, maxBufferedBodyBytes: 65_536))
+        let partial = "GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 30_000))"
+        let holding = try (0..<2).map { _ in try RawHTTPClient(port: server.port) }
+        for client in holding { try client.send(partial) }
+        XCTAssertTrue(waitUntil { server.activeConnections == 2 })
+        usleep(100_000)  // both heads read
+        let third = try RawHTTPClient(port: server.port)
+        try third.send(partial)
+        let refused = try third.readResponse()
+        XCTAssertEqual(refused.status, 503, "three unfinished 30 KB heads do not fit a 64 KiB budget")
+        XCTAssertEqual(errorReason(refused), "server_busy")
+        holding.forEach { $0.disconnect() }
+        XCTAssertTrue(waitUntil { server.activeConnections == 0 })
+        let fourth = try RawHTTPClient(port: server.port)
+        try fourth.send(partial + "\r\n\r\n")
+        XCTAssertEqual(try fourth.readResponse().status, 200, "the closed connections gave their heads' bytes back")
+    }
+
     func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {
         let handler = TestHandler()
         let server = try start(handler, limits: ServerLimits(workers: 1, headerTimeoutMs: 400))
@@ -204,6 +225,18 @@ final class HTTPStrictnessTests: XCTestCase {
         try first.send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
         XCTAssertEqual(try first.readResponse().status, 200, "the admitted ones are served")
         _ = second
+    }
+
+    /// A trusted proxy's connections carry many clients: the handler exempts its address from the limit.
+    func testPerAddressLimitExemptsThePeersTheHandlerNames() throws {
+        let handler = TestHandler()
+        handler.exemptPeers = ["127.0.0.1"]
+        let server = try start(handler, limits: ServerLimits(workers: 1, perIPConnectionLimit: 1))
+        let clients = try (0..<3).map { _ in try RawHTTPClient(port: server.port) }
+        for client in clients {
+            try client.send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+            XCTAssertEqual(try client.readResponse().status, 200)
+        }
     }
 
     func testPerAddressLimit() throws {

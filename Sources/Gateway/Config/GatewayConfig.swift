@@ -156,7 +156,7 @@ public struct GatewayConfig: Sendable {
         return (ServerLimits(
             workers: section.int("workers", default: ServerLimits.defaultWorkers, in: 1...256),
             connectionLimit: section.int("connection_limit", default: 16_384, in: 1...1_000_000),
-            perIPConnectionLimit: section.int("per_ip_connection_limit", default: 0, in: 0...1_000_000),
+            perIPConnectionLimit: section.int("per_ip_connection_limit", default: ServerLimits.defaultPerIPConnectionLimit, in: 0...1_000_000),
             headerTimeoutMs: section.int("header_timeout_ms", default: 10_000, in: 100...600_000),
             bodyTimeoutMs: section.int("body_timeout_ms", default: 30_000, in: 100...3_600_000),
             keepaliveTimeoutMs: section.int("keepalive_timeout_ms", default: legacyIdle ?? 30_000, in: 100...3_600_000),

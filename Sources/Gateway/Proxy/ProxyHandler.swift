@@ -37,6 +37,11 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         record.finish(log: log, metrics: metrics)
     }
 
+    /// A trusted proxy's connections carry many clients: `per_ip_connection_limit` does not count them.
+    public func exemptFromPerIPLimit(_ peerAddress: String) -> Bool {
+        IPAddress(peerAddress).map(runtime.config.clientAddress.trusts) ?? false
+    }
+
     public func handle(_ exchange: HTTPExchange) async {
         let runtime = self.runtime
         let head = exchange.head

@@ -33,6 +33,15 @@ final class TestHandler: WholeRequestHandler {
         rejections.withLock { $0.append(reason) }
     }
 
+    /// Peers `exemptFromPerIPLimit` names (a server's trusted proxies).
+    private let exempt = Mutex<Set<String>>([])
+    var exemptPeers: Set<String> {
+        get { exempt.withLock { $0 } }
+        set { exempt.withLock { $0 = newValue } }
+    }
+
+    func exemptFromPerIPLimit(_ peerAddress: String) -> Bool { exemptPeers.contains(peerAddress) }
+
     var requests: [HTTPRequest] { received.withLock { $0 } }
     var rejected: [String] { rejections.withLock { $0 } }
 }
