@@ -286,7 +286,7 @@ public final class P256PrivateKey: @unchecked Sendable, CustomStringConvertible,
             ERR_clear_error()
             throw VerificationError(.badPrivateKey, "signing failed")
         }
-        return raw
+        return ECDSASignature.lowS(raw)
     }
 }
 
@@ -315,6 +315,36 @@ public enum ECDSASignature {
             (BN_bn2binpad(r, buffer.baseAddress, 32), BN_bn2binpad(s, buffer.baseAddress! + 32, 32))
         }
         return written == (32, 32) ? raw : nil
+    }
+
+    /// P-256's group order n, and n / 2 rounded down (big-endian).
+    private static let order: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                                         0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51]
+    private static let halfOrder: [UInt8] = [0x7F, 0xFF, 0xFF, 0xFF, 0x80, 0x00, 0x00, 0x00, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                                             0xDE, 0x73, 0x7D, 0x56, 0xD3, 0x8B, 0xCF, 0x42, 0x79, 0xDC, 0xE5, 0x61, 0x7E, 0x31, 0x92, 0xA8]
+
+    /// Whether a raw P-256 signature's S is at most n / 2. (R, S) and (R, n − S) both verify: the low one is
+    /// the single spelling a signer that normalises (`lowS`) produces.
+    public static func isLowS(_ raw: [UInt8]) -> Bool {
+        raw.count == 64 && !halfOrder.lexicographicallyPrecedes(raw[32...])
+    }
+
+    /// `raw` with S replaced by n − S when it is in the upper half (the same signature, its low-S spelling).
+    public static func lowS(_ raw: [UInt8]) -> [UInt8] {
+        raw.count == 64 && !isLowS(raw) ? flippedS(raw) : raw
+    }
+
+    /// The other spelling of the same signature: (R, n − S), for S in 1..<n.
+    public static func flippedS(_ raw: [UInt8]) -> [UInt8] {
+        guard raw.count == 64 else { return raw }
+        var result = raw
+        var borrow = 0
+        for index in (0..<32).reversed() {
+            let difference = Int(order[index]) - Int(raw[32 + index]) - borrow
+            result[32 + index] = UInt8((difference + 256) % 256)
+            borrow = difference < 0 ? 1 : 0
+        }
+        return result
     }
 
     /// nil unless `raw` is 64 bytes.

@@ -4,6 +4,7 @@ import AttestStore
 import Foundation
 import AssertionCheck
 @testable import Gateway
+import TestSupport
 import Upstream
 import XCTest
 
@@ -66,6 +67,20 @@ final class ProxyPartsTests: XCTestCase {
         work()
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after)
         return Double(after.tv_sec - before.tv_sec) + Double(after.tv_nsec - before.tv_nsec) / 1e9
+    }
+
+    /// (R, S) and (R, n − S) both verify: the gateway signs only the low-S spelling, so it can refuse the other.
+    func testES256SignaturesAreMintedInTheirLowSSpellingOnly() throws {
+        let key = try P256PrivateKey(pem: AppleTestKey.pem)
+        for index in 0..<32 {
+            let message = Array("message \(index)".utf8)
+            let signature = try key.es256Signature(for: message)
+            XCTAssertTrue(ECDSASignature.isLowS(signature), "signature \(index)")
+            let twin = ECDSASignature.flippedS(signature)
+            XCTAssertFalse(ECDSASignature.isLowS(twin))
+            XCTAssertEqual(ECDSASignature.lowS(twin), signature)
+            XCTAssertTrue(key.publicKey.isValidSignature(try XCTUnwrap(ECDSASignature.der(fromRaw: twin)), for: message), "the twin verifies")
+        }
     }
 
     func testListValuesSplitCommasAcrossRepeatedHeaders() {

@@ -125,11 +125,18 @@ final class GatewayTokens: Sendable {
     private static func parse(_ token: String, verifiers: [String: P256PublicKey]) throws(GatewayError) -> TokenClaims {
         let bytes = Array(token.utf8)
         guard bytes.count <= maxTokenBytes else { throw .tokenInvalid("longer than \(maxTokenBytes) bytes") }
+        // One spelling per token, so nothing keyed on its text (an upstream's cache, a replay list) can be
+        // fooled by another: base64url without padding (RFC 7515 §2), nothing else — no `+ / =`, no
+        // whitespace — and the low-S form of the signature, the only one the gateway mints.
+        guard bytes.allSatisfy({ isBase64URLByte($0) || $0 == UInt8(ascii: ".") }) else {
+            throw .tokenInvalid("not a compact JWS: a byte other than base64url (A-Z a-z 0-9 - _) and \".\"")
+        }
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3, let headerBytes = Base64.decode(utf8: Array(parts[0])),
               let payloadBytes = Base64.decode(utf8: Array(parts[1])), let signature = Base64.decode(utf8: Array(parts[2])) else {
             throw .tokenInvalid("not a compact JWS (three base64url parts)")
         }
+        guard ECDSASignature.isLowS(signature) else { throw .tokenInvalid("the signature is not in its low-S form") }
         guard let header = jsonObject(headerBytes), header["alg"] as? String == "ES256", header["crit"] == nil,
               header["typ"] == nil || header["typ"] as? String == "JWT", let kid = header["kid"] as? String else {
             throw .tokenInvalid("the header is not {\"alg\":\"ES256\",\"kid\":…}")
@@ -158,6 +165,14 @@ final class GatewayTokens: Sendable {
         }
         guard methods == [TokenMethod.playIntegrity.rawValue], let labels = payload["device_integrity"] as? [String] else { return nil }
         return .playIntegrity(package: app, deviceIntegrity: labels)
+    }
+
+    private static func isBase64URLByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "-"), UInt8(ascii: "_"): true
+        default: false
+        }
     }
 
     private static func jsonObject(_ bytes: [UInt8]) -> [String: Any]? {
