@@ -274,7 +274,10 @@ final class RequestHardeningTests: XCTestCase {
     func testDefaultsRefuseSemicolonsAndDropUnderscoreHeaders() throws {
         let env = try GatewayEnvironment(routes: Self.routes)
         defer { env.stop() }
-        for path in ["/v1/ai;/x", "/admin-only;/secret", "/v1/ai%3B/x", "/public;jsessionid=1"] {
+        // A segment ending in a dot or space: Windows and IIS drop them, so /admin-only./secret would be served
+        // there as /admin-only/secret after the catch-all routed it here.
+        for path in ["/v1/ai;/x", "/admin-only;/secret", "/v1/ai%3B/x", "/public;jsessionid=1", "/admin-only./secret", "/admin-only%20/secret",
+                     "/admin-only%2E/secret", "/v1/ai./x", "/public/file.", "/public/file%20"] {
             let reply = try env.request("GET", path)
             XCTAssertEqual(reply.status, 400, path)
             XCTAssertEqual(reply.error, "bad_path", path)
@@ -295,11 +298,14 @@ final class RequestHardeningTests: XCTestCase {
         let env = try GatewayEnvironment(routes: """
               - { path_prefix: "/v1/ai/", upstream: echo, policy: assert, case_insensitive: true }
               - { path_prefix: "/", upstream: echo, policy: pass }
-        """, extra: "server: { allow_path_parameters: true, forward_underscore_headers: true }")
+        """, extra: "server: { allow_path_parameters: true, forward_underscore_headers: true, allow_trailing_dot_or_space: true }")
         defer { env.stop() }
         let semicolon = try env.request("GET", "/public;jsessionid=1")
         XCTAssertEqual(semicolon.status, 200, semicolon.text)
         XCTAssertEqual(semicolon.json["path"] as? String, "/echo/public;jsessionid=1")
+        let dotted = try env.request("GET", "/public/file.")
+        XCTAssertEqual(dotted.status, 200, dotted.text)
+        XCTAssertEqual(dotted.json["path"] as? String, "/echo/public/file.")
         let reply = try env.request("GET", "/public/page", headers: [
             HTTPField("X_Attest_Status", "verified"), HTTPField("X_Attest_Key_Id", "victim"), HTTPField("x_app_attest_assertion", "x"),
             HTTPField("X_Forwarded_For", "10.9.9.9"), HTTPField("X_Custom", "1"),

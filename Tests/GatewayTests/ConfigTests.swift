@@ -332,6 +332,12 @@ final class ConfigTests: XCTestCase {
         XCTAssertFalse(warned.contains("/v1/chat/"), "the exact route covers its trailing-slash twin")
         XCTAssertFalse(warned.contains("/internal"), "the prefix covers the path without its slash")
         XCTAssertFalse(warned.contains("/v1%2Fchat"), "an encoded slash is refused, never routed")
+        XCTAssertFalse(warned.contains("/v1/chat.") || warned.contains("/internal./x"), "a trailing dot is refused: \(warned)")
+        let dotsAllowed = try GatewayConfig.parse(yaml: withRoutes("""
+              - { path: "/v1/chat", upstream: api, policy: assert, case_insensitive: true }
+              - { path_prefix: "/", upstream: api, policy: pass }
+            """) + "\nserver: { allow_trailing_dot_or_space: true }")
+        XCTAssertTrue(dotsAllowed.nearMissWarnings.contains { $0.contains(": /v1/chat. would") }, "\(dotsAllowed.nearMissWarnings)")
         XCTAssertTrue(config.nearMissWarnings.allSatisfy { $0.contains("(pass /)") }, "\(config.nearMissWarnings)")
         let folded = try GatewayConfig.parse(yaml: withRoutes("""
               - { path: "/v1/chat", upstream: api, policy: assert, case_insensitive: true }

@@ -140,6 +140,21 @@ final class HardeningAndChallengeTests: XCTestCase {
         XCTAssertFalse(PathDecoding.hasPathParameters(PathDecoding.decode("/v1/ai/x")!))
     }
 
+    func testSegmentsEndingInADotOrSpaceAreFoundAndRefusedUnlessAllowed() {
+        for path in ["/deny./x", "/deny%20/x", "/deny%2E/x", "/file.", "/a/b%20", "/a./"] {
+            XCTAssertTrue(PathDecoding.hasSegmentEndingInDotOrSpace(PathDecoding.decode(path)!), path)
+            XCTAssertNil(RequestHardening().routablePath(path), path)
+        }
+        for path in ["/", "/a.b/c", "/v1/x/", "/.well-known/x", "/a%20b", "/a/.b"] {
+            XCTAssertFalse(PathDecoding.hasSegmentEndingInDotOrSpace(PathDecoding.decode(path)!), path)
+            XCTAssertNotNil(RequestHardening().routablePath(path), path)
+        }
+        var relaxed = RequestHardening()
+        relaxed.allowTrailingDotOrSpace = true
+        XCTAssertEqual(relaxed.routablePath("/deny./x"), "/deny./x")
+        XCTAssertNil(relaxed.routablePath("/deny/../x"), "dot segments stay refused")
+    }
+
     func testHardeningKeysDefaultToStrict() throws {
         let strict = try GatewayConfig.parse(yaml: """
             app_attest: { apps: ["ABCDE12345.com.example.app"] }
@@ -150,11 +165,11 @@ final class HardeningAndChallengeTests: XCTestCase {
         XCTAssertFalse(strict.routes[0].caseInsensitive)
         let relaxed = try GatewayConfig.parse(yaml: """
             app_attest: { apps: ["ABCDE12345.com.example.app"] }
-            server: { allow_path_parameters: true, forward_underscore_headers: true, case_insensitive_routes: true }
+            server: { allow_path_parameters: true, forward_underscore_headers: true, case_insensitive_routes: true, allow_trailing_dot_or_space: true }
             upstreams: { api: { url: "http://127.0.0.1:9000" } }
             routes: [{ path_prefix: "/", upstream: api, policy: pass }, { path: "/x", upstream: api, policy: pass, case_insensitive: false }]
             """)
-        XCTAssertTrue(relaxed.hardening.allowPathParameters && relaxed.hardening.forwardUnderscoreHeaders)
+        XCTAssertTrue(relaxed.hardening.allowPathParameters && relaxed.hardening.forwardUnderscoreHeaders && relaxed.hardening.allowTrailingDotOrSpace)
         XCTAssertEqual(relaxed.routes.map(\.caseInsensitive), [true, false], "a route overrides the server default")
         do {
             _ = try GatewayConfig.parse(yaml: """

@@ -15,7 +15,7 @@ public struct GatewayConfig: Sendable {
     public let appAttest: AppAttestConfig
     /// `server.max_body_bytes` is the default for routes without their own.
     public let server: ServerLimits
-    /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`.
+    /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`, `allow_trailing_dot_or_space`.
     public let hardening: RequestHardening
     /// `server.trusted_proxies`, `server.client_ip_header`: where logs take the client's address from.
     public let clientAddress: ClientAddressPolicy

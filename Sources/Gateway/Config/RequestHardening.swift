@@ -12,6 +12,10 @@ public struct RequestHardening: Sendable, Equatable {
     public var forwardUnderscoreHeaders = false
     /// `server.case_insensitive_routes`: the default of every route's `case_insensitive`.
     public var caseInsensitiveRoutes = false
+    /// `server.allow_trailing_dot_or_space`: false answers a path with a segment ending in "." or " " (raw
+    /// `%20` or decoded) `400 bad_path`. Windows and IIS drop them, so `/deny./x` would be routed here by
+    /// the catch-all and served there as `/deny/x`.
+    public var allowTrailingDotOrSpace = false
 
     public init() {}
 
@@ -20,6 +24,7 @@ public struct RequestHardening: Sendable, Equatable {
         hardening.allowPathParameters = section.optional("allow_path_parameters")?.bool() ?? false
         hardening.forwardUnderscoreHeaders = section.optional("forward_underscore_headers")?.bool() ?? false
         hardening.caseInsensitiveRoutes = section.optional("case_insensitive_routes")?.bool() ?? false
+        hardening.allowTrailingDotOrSpace = section.optional("allow_trailing_dot_or_space")?.bool() ?? false
         return hardening
     }
 }
@@ -29,11 +34,23 @@ extension RequestHardening {
     func routablePath(_ rawPath: String) -> String? {
         guard let path = PathDecoding.decode(rawPath) else { return nil }
         if !allowPathParameters, PathDecoding.hasPathParameters(path) { return nil }
+        if !allowTrailingDotOrSpace, PathDecoding.hasSegmentEndingInDotOrSpace(path) { return nil }
         return path
     }
 }
 
 extension PathDecoding {
+    /// A decoded path with a segment ending in "." or " " (`/deny./x`, `/deny%20/x`, `/file.`): what
+    /// Windows file systems and IIS drop. `.` and `..` segments never get here (`decode` refuses them).
+    static func hasSegmentEndingInDotOrSpace(_ decodedPath: String) -> Bool {
+        var previous: UInt8 = UInt8(ascii: "/")
+        for byte in decodedPath.utf8 {
+            if byte == UInt8(ascii: "/"), previous == UInt8(ascii: ".") || previous == UInt8(ascii: " ") { return true }
+            previous = byte
+        }
+        return previous == UInt8(ascii: ".") || previous == UInt8(ascii: " ")
+    }
+
     /// A decoded path with ";" (sent raw or as %3B): path parameters to servlet containers.
     static func hasPathParameters(_ decodedPath: String) -> Bool {
         decodedPath.utf8.contains(UInt8(ascii: ";"))

@@ -147,7 +147,7 @@ public enum GatewayError: Error, Equatable {
         switch self {
         case .verification(let error): return error.message
         case .assertionMissing(let detail), .badHeader(let detail), .badRequest(let detail): return detail
-        case .badPath: return "the request path is malformed (bad percent escape, encoded slash, dot segment or \";\")"
+        case .badPath: return "the request path is malformed (bad percent escape, encoded slash, dot segment, a segment ending in a dot or space, or \";\")"
         case .bodyTooLarge(let limit): return "the request body exceeds \(limit) bytes"
         case .body(let error): return error.message
         case .challengeInvalid: return "the challenge was not issued by this gateway, or was issued for another key id; fetch a new one"
