@@ -99,10 +99,10 @@ extension UpstreamRequest {
         }
     }
 
-    /// GET and HEAD carry no body, in memory or streamed: it has no meaning for them (RFC 9110 §9.3.1), and an
-    /// upstream that does not read it would take its bytes for the next request on the connection.
+    /// GET, HEAD and TRACE carry no body, in memory or streamed: it has no meaning for them (RFC 9110 §9.3.1,
+    /// §9.3.8), and an upstream that does not read it would take its bytes for the next request on the connection.
     public static func mayCarryBody(_ method: String) -> Bool {
-        method != "GET" && method != "HEAD"
+        method != "GET" && method != "HEAD" && method != "TRACE"
     }
 
     /// Header lines for curl, each ended by a NUL, one after another in one buffer (no String per line):

@@ -139,13 +139,14 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(try client.readResponse().body, [0, 1, 2])
     }
 
-    /// GET and HEAD carry no body on either path (streamed on a pass route, read whole on an assert route): an
+    /// GET, HEAD and TRACE carry no body on either path (streamed on a pass route, read whole on an assert route): an
     /// upstream that does not read one would take its bytes for the next request. Refused before any is read.
     func testAGetOrHeadWithABodyIsRefusedOnEveryPath() throws {
         let env = try start()
         for (request, path) in [("GET /upload/x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/upload/x"),
                                 ("HEAD /upload/y HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "/upload/y"),
-                                ("GET /secure/z HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/secure/z")] {
+                                ("GET /secure/z HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/secure/z"),
+                                ("TRACE /upload/t HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello", "/upload/t")] {
             let client = try RawHTTPClient(port: env.gateway.port)
             try client.send(request)
             let response = try client.readResponse(method: request.hasPrefix("HEAD") ? "HEAD" : "GET")

@@ -26,6 +26,14 @@ final class PathDecodingTests: XCTestCase {
         XCTAssertNil(PathDecoding.decode("/%C0%AF"), "overlong encoding of /")
     }
 
+    /// A decoded control byte: some frameworks trim it, a route regex ending in `$` lets a final newline through.
+    func testRefusesEncodedControlBytes() {
+        for path in ["/admin%0A", "/admin%0d/x", "/a%09", "/a%0Bb", "/a%1F", "/a%7F", "/a%7f/b"] {
+            XCTAssertNil(PathDecoding.decode(path), path)
+        }
+        XCTAssertEqual(PathDecoding.decode("/a%20b%7E"), "/a b~")
+    }
+
     func testRefusesEncodedSlashesAndBackslashes() {
         for path in ["/a%2Fb", "/a%2fb", "/a\\b", "/a%5Cb", "/a%5cb"] {
             XCTAssertNil(PathDecoding.decode(path), path)

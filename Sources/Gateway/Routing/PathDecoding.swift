@@ -1,7 +1,9 @@
 /// Percent-decodes a raw request path for routing, refusing every path whose meaning could differ between
 /// the gateway and the upstream (which receives the raw path). A refused path is answered 400 `bad_path`.
 ///
-/// Refused: malformed `%` escapes; NUL (raw or `%00`); bytes that are not UTF-8 once decoded; an encoded
+/// Refused: malformed `%` escapes; NUL and every other control byte (raw or encoded: `%0A`, `%09`, `%7F`;
+/// frameworks that trim them or match routes with a regex `$`, which allows a final newline, would read
+/// another path); bytes that are not UTF-8 once decoded; an encoded
 /// slash `%2F` (one segment here, two segments to a server that decodes it); backslashes, raw or `%5C`
 /// (some servers treat them as slashes); dot segments `/./` and `/../`, also when encoded (`%2e%2e`);
 /// empty segments `//` (servers that merge slashes would see another path); and anything not starting with "/".
@@ -12,7 +14,7 @@ public enum PathDecoding {
         let raw = Array(rawPath.utf8)
         // Nothing to decode (most paths): the same checks, and the path itself as the result.
         if !raw.contains(UInt8(ascii: "%")) {
-            let plain = raw.first == UInt8(ascii: "/") && !raw.contains { $0 == 0 || $0 == UInt8(ascii: "\\") } && hasOnlyPlainSegments(raw)
+            let plain = raw.first == UInt8(ascii: "/") && !raw.contains { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") } && hasOnlyPlainSegments(raw)
             return plain ? rawPath : nil
         }
         guard raw.first == UInt8(ascii: "/"), let bytes = percentDecoded(raw), hasOnlyPlainSegments(bytes) else {
@@ -35,7 +37,7 @@ public enum PathDecoding {
                 guard byte != UInt8(ascii: "/") else { return nil }
                 index += 2
             }
-            guard byte != 0, byte != UInt8(ascii: "\\") else { return nil }
+            guard byte >= 0x20, byte != 0x7F, byte != UInt8(ascii: "\\") else { return nil }
             bytes.append(byte)
             index += 1
         }
