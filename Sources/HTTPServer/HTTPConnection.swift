@@ -18,10 +18,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     /// Bytes received and not yet consumed: a head being assembled, or what follows the current request.
     private var inbound: [UInt8] = []
     private var scanned = 0
-    /// Bytes of an unfinished head held against the process-wide budget (see `reserveHead`).
-    private var headReserved = 0
-    /// A head's first bytes are free of the budget: a normal request never touches it.
-    private static let unbudgetedHead = 4096
+    /// Bytes of `inbound` (an unfinished head, or pipelined bytes) held against the process-wide budget
+    /// (see `budgetInbound`).
+    private var inboundReserved = 0
+    /// The first bytes are free of the budget: a normal request never touches it.
+    private static let unbudgetedInbound = 4096
     /// Beyond this, bytes that arrive while a request is handled stop being read (pipelining bound).
     private static let pipelineBound = 64 * 1024
     /// Writes queued beyond this make `writeBody` report "full"; below `lowWatermark` writing resumes.
@@ -123,7 +124,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             } else {
                 inbound.append(contentsOf: bytes)
                 if reading { feedBufferedBody() }
-                if inbound.count > Self.pipelineBound { socket.stopReading() }
+                // Bytes waiting behind the exchange count against the budget too: past it, reading stops.
+                if inbound.count > Self.pipelineBound || !budgetInbound() { socket.stopReading() }
             }
         case .closed:
             break
@@ -158,7 +160,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     }
 
     private func parseHead() {
-        guard reserveHead() else {
+        guard budgetInbound() else {
             shared.handler.rejected(method: "-", target: "-", clientAddress: clientAddress, status: 503, reason: "server_busy")
             socket.stopReading()
             return refuse(BodyReadError.overloaded.response)
@@ -176,19 +178,23 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         }
     }
 
-    /// Unfinished heads count against the budget of buffered bodies beyond their first 4 KiB (in 4 KiB steps):
-    /// 12,000 connections each holding a 32 KiB head unfinished took 260 MiB with no bound but their number.
-    private func reserveHead() -> Bool {
-        let needed = max(0, inbound.count - Self.unbudgetedHead + 4095) / 4096 * 4096
-        guard needed > headReserved else { return true }
-        guard shared.bodyBudget.reserve(needed - headReserved) else { return false }
-        headReserved = needed
+    /// Received bytes not consumed yet (an unfinished head, pipelined requests) count against the budget of
+    /// buffered bodies beyond their first 4 KiB, in 4 KiB steps, the reservation following `inbound` both
+    /// ways: 12,000 connections each holding a 32 KiB head unfinished took 260 MiB, bounded only by their number.
+    private func budgetInbound() -> Bool {
+        let needed = max(0, inbound.count - Self.unbudgetedInbound + 4095) / 4096 * 4096
+        if needed < inboundReserved {
+            shared.bodyBudget.release(inboundReserved - needed)
+        } else if needed > inboundReserved {
+            guard shared.bodyBudget.reserve(needed - inboundReserved) else { return false }
+        }
+        inboundReserved = needed
         return true
     }
 
-    private func releaseHead() {
-        shared.bodyBudget.release(headReserved)
-        headReserved = 0
+    private func releaseInbound() {
+        shared.bodyBudget.release(inboundReserved)
+        inboundReserved = 0
     }
 
     /// 414 when the request line alone is over the limit (the target is what is too long), else 431.
@@ -250,7 +256,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         // The head is held until the exchange ends (and copied a few times on its way upstream): it counts
         // against the same process-wide budget as buffered bodies, so big heads cannot pile up without bound.
         let headBytes = headEnd - headStart
-        releaseHead()  // held from here on as the exchange's
+        _ = budgetInbound()  // the head is held from here on as the exchange's; what follows it still counts
         guard shared.bodyBudget.reserve(headBytes) else {
             shared.handler.rejected(method: method, target: rawTarget, clientAddress: clientAddress, status: 503, reason: "server_busy")
             socket.stopReading()
@@ -398,6 +404,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         let pending = inbound
         inbound = []
         pending.withUnsafeBytes { feedBody($0) }
+        _ = budgetInbound()  // fewer bytes wait now: never more
     }
 
     private func feedBody(_ bytes: UnsafeRawBufferPointer) {
@@ -742,7 +749,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             finish(exchange, .clientAborted)
         }
         phase = .closed
-        releaseHead()
+        releaseInbound()
         timer.close()
         if !clientGone { flushOutgoing() }  // what was said before an abort still goes out, then the close
         socket.close()

@@ -168,6 +168,30 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(try fourth.readResponse().status, 200, "the closed connections gave their heads' bytes back")
     }
 
+    /// Bytes pipelined behind a running exchange count as well: they hold memory just like a head does.
+    func testPipelinedBytesCountAgainstTheMemoryBudget() throws {
+        let release = Gate()
+        let handler = TestHandler { _ in
+            _ = await release.wait()
+            return HTTPResponse(status: 200)
+        }
+        let server = try start(handler, limits: ServerLimits(workers: 1, maxHeaderBytes: 65_536, maxBufferedBodyBytes: 65_536))
+        let busy = try RawHTTPClient(port: server.port)
+        try busy.send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertTrue(waitUntil { server.inFlightRequests == 1 })
+        try busy.send("GET /next HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "p", count: 50_000))")
+        usleep(100_000)  // the pipelined bytes read while the first exchange runs
+        let other = try RawHTTPClient(port: server.port)
+        try other.send("GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 30_000))")
+        let refused = try other.readResponse()
+        XCTAssertEqual(refused.status, 503, "48 KiB pipelined and a 28 KiB unfinished head do not fit a 64 KiB budget")
+        XCTAssertEqual(errorReason(refused), "server_busy")
+        release.release()
+        XCTAssertEqual(try busy.readResponse().status, 200)
+        try busy.send("\r\n\r\n")
+        XCTAssertEqual(try busy.readResponse().status, 200, "the pipelined request is served once its turn comes")
+    }
+
     func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {
         let handler = TestHandler()
         let server = try start(handler, limits: ServerLimits(workers: 1, headerTimeoutMs: 400))
