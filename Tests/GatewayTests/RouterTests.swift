@@ -43,6 +43,14 @@ final class RouterTests: XCTestCase {
         XCTAssertEqual(router.match(method: "GET", path: "/v1/chat/x"), .route(root), "exact still means one path (and its twin)")
         XCTAssertEqual(router.match(method: "GET", path: "/internalx"), .route(root))
         XCTAssertEqual(router.match(method: "GET", path: "/"), .route(root))
+        // A prefix written for the twin itself is more specific than the exact route it is a twin of.
+        let chatPrefix = RouteConfig(match: .prefix("/v1/chat/"), upstream: nil, policy: .deny, index: 7)
+        let both = Router(routes: [chat, chatPrefix, root])
+        XCTAssertEqual(both.match(method: "POST", path: "/v1/chat/"), .route(chatPrefix))
+        XCTAssertEqual(both.match(method: "POST", path: "/v1/chat"), .route(chat))
+        let denyA = RouteConfig(match: .prefix("/a/"), upstream: nil, policy: .deny, index: 1)
+        let sameLength = Router(routes: [RouteConfig(match: .exact("/a/"), upstream: "api", policy: .pass, index: 0), denyA, root])
+        XCTAssertEqual(sameLength.match(method: "GET", path: "/a"), .route(denyA), "a tie goes to the stricter route")
     }
 
     func testWrongMethodIsRefusedAndNeverFallsThroughToAShorterPrefix() {

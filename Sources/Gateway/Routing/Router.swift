@@ -10,7 +10,8 @@ public enum RouteMatch: Sendable, Equatable {
 /// Picks the route for a decoded path: an exact `path` first, else the longest `path_prefix`.
 /// Near misses take the safe reading, since frameworks route them to the same handler: an exact path also
 /// covers its trailing-slash twin (`/v1/chat` and `/v1/chat/`), unless the twin has an exact route of its
-/// own, and a prefix ending in "/" also covers the path without it (`/internal/` covers `/internal`).
+/// own or a prefix as specific (`nearest`), and a prefix ending in "/" also covers the path without it
+/// (`/internal/` covers `/internal`).
 /// Paths compare byte for byte (UTF-8), not by Unicode canonical equivalence, so the route chosen is the
 /// one for the exact bytes the upstream will receive. Routes with `case_insensitive` compare folded paths
 /// (see `fold`); a case-sensitive exact route beats a case-insensitive one.
@@ -50,12 +51,22 @@ public struct Router: Sendable {
     public func match(method: String, path: String) -> RouteMatch {
         let bytes = Array(path.utf8)
         let folded = folds ? Array(Router.fold(path).utf8) : bytes
-        let found = exact[bytes] ?? (folds ? exactFolded[folded] : nil)
-            ?? Router.twin(bytes).flatMap { exact[$0] } ?? (folds ? Router.twin(folded).flatMap { exactFolded[$0] } : nil)
-            ?? prefixes.first(where: { Router.covers($0.prefix, ($0.folded ? folded : bytes)) })?.route
-        guard let route = found else { return .notFound }
+        guard let route = exact[bytes] ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded) else { return .notFound }
         guard let methods = route.methods else { return .route(route) }
         return methods.contains(method) ? .route(route) : .methodNotAllowed(route, allowed: methods)
+    }
+
+    /// The trailing-slash twin's exact route or the longest prefix, whichever is longer (the more specific):
+    /// `/v1/chat/` goes to an exact `/v1/chat` rather than the catch-all, but to a `/v1/chat/` prefix of its
+    /// own. At equal length the stricter route wins.
+    private func nearest(_ bytes: [UInt8], _ folded: [UInt8]) -> RouteConfig? {
+        let twin = Router.twin(bytes), foldedTwin = folds ? Router.twin(folded) : nil
+        let twinRoute = twin.flatMap { exact[$0] } ?? foldedTwin.flatMap { exactFolded[$0] }
+        let prefix = prefixes.first { Router.covers($0.prefix, $0.folded ? folded : bytes) }
+        guard let twinRoute, let twin else { return prefix?.route }
+        guard let prefix, prefix.prefix.count >= twin.count else { return twinRoute }
+        if prefix.prefix.count > twin.count { return prefix.route }
+        return prefix.route.policy.strength >= twinRoute.policy.strength ? prefix.route : twinRoute
     }
 
     /// The path with a trailing "/" added or taken off ("/" itself has none).
