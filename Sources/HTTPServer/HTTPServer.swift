@@ -49,6 +49,9 @@ public final class HTTPServer: @unchecked Sendable {
     /// Requests whose head arrived and whose response is not yet fully sent.
     public var inFlightRequests: Int { shared.inFlight.load(ordering: .relaxed) }
 
+    /// Bytes held against `maxBufferedBodyBytes` now: bodies, heads, unread pipelined bytes.
+    public var bufferedBytes: Int { shared.bodyBudget.used }
+
     /// SIGTERM: stop accepting (new connections are refused by the kernel), close idle keep-alive
     /// connections now, and let every response from here on carry `Connection: close`.
     public func drain() {
@@ -182,19 +185,21 @@ final class LoopConnections {
 
 /// The process-wide bound on request-body bytes held in memory.
 final class BodyBudget: Sendable {
-    private let used = Atomic<Int>(0)
+    private let reserved = Atomic<Int>(0)
     let limit: Int
+
+    var used: Int { reserved.load(ordering: .relaxed) }
 
     init(limit: Int) { self.limit = limit }
 
     func reserve(_ bytes: Int) -> Bool {
-        let now = used.add(bytes, ordering: .relaxed).newValue
+        let now = reserved.add(bytes, ordering: .relaxed).newValue
         if now <= limit { return true }
-        used.subtract(bytes, ordering: .relaxed)
+        reserved.subtract(bytes, ordering: .relaxed)
         return false
     }
 
     func release(_ bytes: Int) {
-        if bytes > 0 { used.subtract(bytes, ordering: .relaxed) }
+        if bytes > 0 { reserved.subtract(bytes, ordering: .relaxed) }
     }
 }

@@ -154,8 +154,7 @@ final class HTTPStrictnessTests: XCTestCase {
         let partial = "GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 30_000))"
         let holding = try (0..<2).map { _ in try RawHTTPClient(port: server.port) }
         for client in holding { try client.send(partial) }
-        XCTAssertTrue(waitUntil { server.activeConnections == 2 })
-        usleep(100_000)  // both heads read
+        XCTAssertTrue(waitUntil { server.bufferedBytes == 2 * 28 * 1024 }, "both heads read: \(server.bufferedBytes)")
         let third = try RawHTTPClient(port: server.port)
         try third.send(partial)
         let refused = try third.readResponse()
@@ -163,6 +162,7 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(errorReason(refused), "server_busy")
         holding.forEach { $0.disconnect() }
         XCTAssertTrue(waitUntil { server.activeConnections == 0 })
+        XCTAssertEqual(server.bufferedBytes, 0, "every reservation given back")
         let fourth = try RawHTTPClient(port: server.port)
         try fourth.send(partial + "\r\n\r\n")
         XCTAssertEqual(try fourth.readResponse().status, 200, "the closed connections gave their heads' bytes back")
@@ -180,7 +180,8 @@ final class HTTPStrictnessTests: XCTestCase {
         try busy.send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         XCTAssertTrue(waitUntil { server.inFlightRequests == 1 })
         try busy.send("GET /next HTTP/1.1\r\nHost: t\r\nX-Pad: \(String(repeating: "p", count: 50_000))")
-        usleep(100_000)  // the pipelined bytes read while the first exchange runs
+        // The first head's bytes, and the pipelined bytes beyond 4 KiB, read while the first exchange runs.
+        XCTAssertTrue(waitUntil { server.bufferedBytes >= 44 * 1024 }, "\(server.bufferedBytes)")
         let other = try RawHTTPClient(port: server.port)
         try other.send("GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "a", count: 30_000))")
         let refused = try other.readResponse()
@@ -190,6 +191,7 @@ final class HTTPStrictnessTests: XCTestCase {
         XCTAssertEqual(try busy.readResponse().status, 200)
         try busy.send("\r\n\r\n")
         XCTAssertEqual(try busy.readResponse().status, 200, "the pipelined request is served once its turn comes")
+        XCTAssertTrue(waitUntil { server.bufferedBytes == 0 }, "every reservation given back: \(server.bufferedBytes)")
     }
 
     func testSlowHeadIsCutOffAtTheHeaderTimeoutEvenWhileBytesTrickle() throws {
