@@ -332,18 +332,22 @@ final class LoopHTTPClientTests: XCTestCase {
     /// An upstream that sends a response nobody asked for: the bytes wait on the idle connection before the loop
     /// read them (the loop was busy), and the next exchange must not take them for its answer.
     func testAPooledConnectionWithUnreadBytesIsNotReused() throws {
+        let sentOutOfTurn = DispatchSemaphore(value: 0)
         let server = try ScriptedUpstream { connection in
             if connection.number == 1, connection.readHead() != nil {
                 connection.send("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
                 usleep(20_000)
                 connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstolen")
+                sentOutOfTurn.signal()
             }
             while connection.readHead() != nil { connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond") }
         }
         let client = try client(server.baseURL)
         let results = try loop.waitForTask { () -> [Exchanged] in
             let first = await Exchanged.run(client, Self.get("/1"))
-            usleep(300_000)  // the loop does not poll meanwhile: the unsolicited response lands in the socket unread
+            // The loop does not poll meanwhile: the unsolicited response lands in the socket unread.
+            _ = sentOutOfTurn.wait(timeout: .now() + 10)
+            usleep(50_000)
             return [first, await Exchanged.run(client, Self.get("/2"))]
         }
         XCTAssertEqual(results.map(\.outcome), ["first", "second"])
