@@ -36,7 +36,7 @@ final class ReceiptVerifierTests: XCTestCase {
                 clientData: .clientDataHash(bytes("client_data_hash_b64")), policy: policy,
                 at: Vector.date(json["verify_at"] as! String))
             guard case .array(let chain)? = try CBORDecoder.decode(bytes("attestation_b64"))["attStmt"]?["x5c"],
-                  let credCert = chain.first?.bytes else { throw XCTSkip("no x5c in \(name)") }
+                  let credCert = chain.first?.bytes else { throw TestSupportError("no x5c in \(name)") }
             return Vector(name: name, json: json, key: key, credCert: credCert)
         }
     }

@@ -173,7 +173,7 @@ final class DeployFilesTests: XCTestCase {
 
     func testRepositoryGatewayConfigIsValid() throws {
         let path = TestPaths.repository + "/gateway.yaml"
-        guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("no gateway.yaml at the repository root") }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: path), "no gateway.yaml at the repository root")
         // With the demo keys `make run` makes under run/ (scripts/run.sh), in a folder of its own.
         let directory = TestPaths.temporaryDirectory("repository-config")
         try FileManager.default.copyItem(atPath: path, toPath: directory + "/gateway.yaml")

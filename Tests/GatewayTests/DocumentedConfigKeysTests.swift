@@ -59,7 +59,7 @@ final class DocumentedConfigKeysTests: XCTestCase {
     /// Keys of each section's mapping in the example, plus keys shown commented out (`# key: …`).
     private func keysOfExample() throws -> [String: Set<String>] {
         let yaml = try example()
-        guard case .mapping(let entries) = try YAMLDocument.parse(yaml).content else { throw XCTSkip("example is not a mapping") }
+        guard case .mapping(let entries) = try YAMLDocument.parse(yaml).content else { throw TestSupportError("the annotated example is not a YAML mapping") }
         var keys: [String: Set<String>] = [:]
         for entry in entries where Self.sections.contains(entry.key) {
             guard case .mapping(let inner) = entry.value.content else { continue }

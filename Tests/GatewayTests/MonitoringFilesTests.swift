@@ -14,7 +14,7 @@ final class MonitoringFilesTests: XCTestCase {
         for path in ["/usr/bin/promtool", "/usr/local/bin/promtool"] where FileManager.default.isExecutableFile(atPath: path) {
             return path
         }
-        throw XCTSkip("promtool not found: install Debian's prometheus package (make deps does) to check deploy/prometheus")
+        throw Prerequisite.missing("promtool not found: install Debian's prometheus package (make deps does) to check deploy/prometheus")
     }
 
     private func run(_ arguments: [String], in directory: String) throws -> (status: Int32?, output: String) {
