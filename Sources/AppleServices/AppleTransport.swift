@@ -212,7 +212,7 @@ final class AppleTransport: Sendable {
     private static func serviceError(_ error: UpstreamError) -> AppleServiceError {
         switch error {
         case .timeout(let detail): .timeout(detail)
-        case .unavailable(let detail), .protocolError(let detail): .unavailable(detail)
+        case .unavailable(let detail), .tlsFailed(let detail), .protocolError(let detail): .unavailable(detail)
         case .responseTooLarge(let limit): .badResponse("answer larger than \(limit) bytes")
         case .invalidRequest(let detail), .invalidTarget(let detail): .invalidConfiguration(detail)
         }

@@ -107,7 +107,7 @@ final class GoogleTransport: Sendable {
         } catch {
             switch error {
             case .timeout(let detail): throw .unavailable("timed out: \(detail)")
-            case .unavailable(let detail), .protocolError(let detail): throw .unavailable(detail)
+            case .unavailable(let detail), .tlsFailed(let detail), .protocolError(let detail): throw .unavailable(detail)
             case .responseTooLarge(let limit): throw .badResponse("answer larger than \(limit) bytes")
             case .invalidRequest(let detail), .invalidTarget(let detail): throw .invalidConfiguration(detail)
             }

@@ -36,6 +36,8 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
     private var receiverFull = false
     private let errorBuffer: UnsafeMutablePointer<CChar>
     private var headerList: UnsafeMutablePointer<curl_slist>?
+    /// CURLOPT_CONNECT_TO's one entry (curl keeps the pointer, not a copy).
+    private var connectToList: UnsafeMutablePointer<curl_slist>?
     private var attached = false
 
     // Filled in by the callbacks while curl runs.
@@ -78,6 +80,7 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
         watchdog?.close()
         detach()
         curl_easy_cleanup(easy)
+        curl_slist_free_all(connectToList)
         if let multi { curl_multi_cleanup(multi) }  // closes the cached connection
         errorBuffer.deallocate()
     }
@@ -133,8 +136,16 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
         self.upload = upload
         resendGuard = CurlResendGuard(method: request.method, idempotent: request.isIdempotent, streamed: upload != nil)
         errorBuffer[0] = 0
+        if configured, target.tls != configuredTLS || target.curlAddressing != configuredAddressing {
+            // Another upstream's TLS settings: back to curl's defaults (its system CAs) rather than undo each option.
+            // The connection cache stays; curl reuses a connection only for matching TLS settings.
+            curl_easy_reset(easy)
+            (configured, configuredTimeouts, configuredMaxIdleSeconds, messageOptionsSet) = (false, nil, 0, false)
+        }
         if !configured {
             try configureHandle()
+            try configureTLS(target.tls, addressing: target.curlAddressing)
+            (configuredTLS, configuredAddressing) = (target.tls, target.curlAddressing)
             configured = true
         }
         try set(CURLOPT_URL, url)
@@ -151,13 +162,15 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
             try set(CURLOPT_MAXAGE_CONN, maxIdleSeconds)
             configuredMaxIdleSeconds = maxIdleSeconds
         }
-        try configureMessage(request)
+        try configureMessage(request, host: target.curlAddressing?.hostHeader)
     }
 
     /// The options every exchange of this handle shares are set.
     private var configured = false
     private var configuredTimeouts: UpstreamTimeouts?
     private var configuredMaxIdleSeconds = 0
+    private var configuredTLS: UpstreamTLSSettings?
+    private var configuredAddressing: CurlAddressing?
     /// The last exchange was not a plain GET (HEAD, a body, another method): the next one undoes that.
     private var messageOptionsSet = false
 
@@ -252,7 +265,31 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
         try check(ccurl_easy_setopt_prereq(easy, onSending, context), CURLOPT_PREREQFUNCTION)
     }
 
-    private func configureMessage(_ request: UpstreamRequest) throws(UpstreamError) {
+    /// Certificate checks stay on whatever the settings (curl's defaults, stated); TLS 1.2 at least, as for Redis.
+    private func configureTLS(_ tls: UpstreamTLSSettings?, addressing: CurlAddressing?) throws(UpstreamError) {
+        try set(CURLOPT_SSL_VERIFYPEER, 1)
+        try set(CURLOPT_SSL_VERIFYHOST, 2)
+        try set(CURLOPT_SSLVERSION, Int(CURL_SSLVERSION_TLSv1_2))
+        if let caFile = tls?.caFile {
+            // Only this CA: without clearing CAPATH, curl would trust the system's directory of CAs as well.
+            try set(CURLOPT_CAINFO, caFile)
+            try check(ccurl_easy_setopt_string(easy, CURLOPT_CAPATH, nil), CURLOPT_CAPATH)
+        }
+        if let certFile = tls?.certFile, let keyFile = tls?.keyFile {
+            try set(CURLOPT_SSLCERT, certFile)
+            try set(CURLOPT_SSLKEY, keyFile)
+        }
+        curl_slist_free_all(connectToList)
+        connectToList = nil
+        if let addressing {
+            guard let list = curl_slist_append(nil, addressing.connectTo) else { throw .unavailable("curl_slist_append failed") }
+            connectToList = list
+        }
+        try check(ccurl_easy_setopt_slist(easy, CURLOPT_CONNECT_TO, connectToList), CURLOPT_CONNECT_TO)
+    }
+
+    /// `host`: the Host the upstream gets when the URL curl is given names another host (CurlAddressing).
+    private func configureMessage(_ request: UpstreamRequest, host: String?) throws(UpstreamError) {
         if messageOptionsSet {
             // Back to a plain GET: no copied body (clearing it selects POST, so HTTPGET comes after), no body
             // size, no custom method; HTTPGET also ends HEAD's NOBODY.
@@ -282,7 +319,8 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
         } else if request.method != "GET" {
             try set(CURLOPT_CUSTOMREQUEST, request.method)
         }
-        let lines = request.curlHeaderLines(sendsBody: sendsBody)
+        var lines = request.curlHeaderLines(sendsBody: sendsBody)
+        if let host, !request.headers.contains(where: { $0.hasName("Host") }) { lines += "Host: \(host)\0".utf8 }
         try lines.withUnsafeBufferPointer { (buffer) throws(UpstreamError) in
             var start = 0
             while start < buffer.count, let base = buffer.baseAddress {
@@ -350,8 +388,17 @@ final class CurlTransfer: @unchecked Sendable, UploadConsumer {
             return resendGuard.refusal
         case CURLE_OPERATION_TIMEDOUT:
             return .timeout(detail)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+             CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_CLIENTCERT, CURLE_SSL_CRL_BADFILE,
+             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_ENGINE_NOTFOUND,
+             CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_USE_SSL_FAILED:
+            return .tlsFailed(detail)
+        case CURLE_SEND_ERROR where detail.contains("SSL routines"), CURLE_RECV_ERROR where detail.contains("SSL routines"):
+            // An alert from the peer's TLS (not a socket error): under TLS 1.3 a server refuses a missing or
+            // untrusted client certificate after the handshake, so curl meets it on the first read.
+            return .tlsFailed(detail)
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
-             CURLE_GOT_NOTHING, CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_OUT_OF_MEMORY:
+             CURLE_GOT_NOTHING, CURLE_OUT_OF_MEMORY:
             return .unavailable(detail)
         case CURLE_URL_MALFORMAT:
             return .invalidRequest(detail)

@@ -263,7 +263,7 @@ extension UpstreamClient {
                                                     maxIdle: target.maxIdleConnections, keepAliveMs: target.keepAliveMs)
         }
         let transfer = try multi.checkOut()
-        try transfer.prepare(url: target.baseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
+        try transfer.prepare(url: target.curlBaseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
                              upload: upload)
         upload?.consumer = transfer
         let watchdog = transfer.watchdog ?? Watchdog(multi.loop)

@@ -18,7 +18,7 @@ public final class UpstreamClient: Sendable {
         try request.validate()
         let transfer = try pool.checkOut()
         // A failed transfer is not returned: it goes away with its connection.
-        try transfer.start(url: target.baseURL + request.pathAndQuery, request: request, target: target)
+        try transfer.start(url: target.curlBaseURL + request.pathAndQuery, request: request, target: target)
         try transfer.waitForHeaders()
         return UpstreamResponse(transfer: transfer, pool: pool)
     }

@@ -3,6 +3,9 @@
 public enum UpstreamError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Nothing usable answered: connection refused, name not resolved, reset or closed before a response.
     case unavailable(String)
+    /// The TLS handshake with an `https://` upstream failed: its certificate did not verify (untrusted CA,
+    /// wrong name, expired), a client certificate was refused or missing, or the TLS files would not load.
+    case tlsFailed(String)
     /// The connect timeout or the total timeout elapsed.
     case timeout(String)
     /// The upstream answered with something that is not valid HTTP, or broke off the body.
@@ -17,6 +20,7 @@ public enum UpstreamError: Error, Equatable, Sendable, CustomStringConvertible {
     public var reasonCode: String {
         switch self {
         case .unavailable: "upstream_unavailable"
+        case .tlsFailed: "upstream_tls_failed"
         case .timeout: "upstream_timeout"
         case .protocolError: "upstream_protocol_error"
         case .responseTooLarge: "upstream_response_too_large"
@@ -27,7 +31,7 @@ public enum UpstreamError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .unavailable(let detail), .timeout(let detail), .protocolError(let detail),
+        case .unavailable(let detail), .tlsFailed(let detail), .timeout(let detail), .protocolError(let detail),
              .invalidRequest(let detail), .invalidTarget(let detail):
             "\(reasonCode): \(detail)"
         case .responseTooLarge(let limit):

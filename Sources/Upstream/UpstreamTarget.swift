@@ -19,6 +19,12 @@ public struct UpstreamTarget: Sendable, Equatable {
     /// The base URL taken apart for the loops' own HTTP/1.1 client; nil for `https://` (curl's). Settable
     /// inside the module so tests can drive curl's loop path against a plain loopback server.
     var plainHTTP: PlainHTTPEndpoint?
+    /// `https://` only: the CA, client certificate and name to verify; nil: the system's CAs, the URL's host.
+    public let tls: UpstreamTLSSettings?
+    /// Set when `tls.serverName` differs from the host curl dials.
+    let curlAddressing: CurlAddressing?
+    /// What curl's URLs start with: the base URL, or with `tls.serverName` as its host.
+    var curlBaseURL: String { curlAddressing?.baseURL ?? baseURL }
 
     /// A total limit that also bounds the first byte and every silence (Apple's APIs, the CLI).
     public init(
@@ -32,7 +38,7 @@ public struct UpstreamTarget: Sendable, Equatable {
     }
 
     public init(baseURL: String, timeouts: UpstreamTimeouts, maxIdleConnections: Int = 64,
-                keepAliveMs: Int = UpstreamTarget.defaultKeepAliveMs) throws(UpstreamError) {
+                keepAliveMs: Int = UpstreamTarget.defaultKeepAliveMs, tls: UpstreamTLSSettings? = nil) throws(UpstreamError) {
         try timeouts.validate()
         guard maxIdleConnections >= 0 else {
             throw .invalidTarget("maxIdleConnections must not be negative")
@@ -40,6 +46,11 @@ public struct UpstreamTarget: Sendable, Equatable {
         guard keepAliveMs > 0 else { throw .invalidTarget("keepAliveMs must be positive, got \(keepAliveMs)") }
         self.baseURL = try Self.validated(baseURL)
         plainHTTP = PlainHTTPEndpoint(baseURL: self.baseURL)
+        if tls != nil, plainHTTP != nil || !self.baseURL.lowercased().hasPrefix("https://") {
+            throw .invalidTarget("TLS settings apply to https:// upstreams only (got \"\(baseURL)\")")
+        }
+        self.tls = tls
+        curlAddressing = CurlAddressing(baseURL: self.baseURL, serverName: tls?.serverName)
         self.timeouts = timeouts
         self.maxIdleConnections = maxIdleConnections
         self.keepAliveMs = keepAliveMs

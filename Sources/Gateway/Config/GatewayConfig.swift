@@ -93,7 +93,7 @@ public struct GatewayConfig: Sendable {
         let clientAddress = ClientAddressPolicy.read(serverSection)
         let (server, hardening) = readServer(serverSection)
         let log = LogConfig.read(top.section("log"))
-        let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"))
+        let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"), baseDirectory: baseDirectory)
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
                                          defaultMaxBody: server.maxBodyBytes, defaultCaseInsensitive: hardening.caseInsensitiveRoutes)
         let apple = AppleConfig.read(top.optional("apple")?.mapping(), baseDirectory: baseDirectory)

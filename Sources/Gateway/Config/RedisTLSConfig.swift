@@ -3,6 +3,7 @@ import RedisClient
 
 /// `redis.tls`: how the gateway checks Redis' certificate and which one it shows. Present (even `{}`) means
 /// TLS: with `url`, only together with `rediss://`; with `cluster` or `sentinels` it is the only switch.
+/// Its reading of the files serves `upstreams.<name>.tls` too (UpstreamTLSConfig.swift).
 /// Files are read and checked for PEM shape at start and on every reload.
 extension RedisTLSSettings {
     static let maxFileBytes = 1024 * 1024
@@ -12,6 +13,11 @@ extension RedisTLSSettings {
         guard let section = value.mapping() else { return nil }
         defer { section.finish() }
         if topology == .single, !urlIsTLS { value.invalid("tls needs a rediss:// url (redis:// is plain TCP)") }
+        return readFiles(section, baseDirectory: baseDirectory)
+    }
+
+    /// `ca_file`, `cert_file`, `key_file`, `server_name`: the shape `redis.tls` and `upstreams.<name>.tls` share.
+    static func readFiles(_ section: ConfigMapping, baseDirectory: String) -> RedisTLSSettings {
         let caFile = pemFile(section.optional("ca_file"), expecting: ["CERTIFICATE"], baseDirectory: baseDirectory)
         let certValue = section.optional("cert_file"), keyValue = section.optional("key_file")
         let certFile = pemFile(certValue, expecting: ["CERTIFICATE"], baseDirectory: baseDirectory)

@@ -115,6 +115,8 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// The whole exchange; 0 = none.
     public let timeoutMs: Int
     public let hostHeader: HostHeader
+    /// `tls`: the CA, client certificate and name to verify (`https://` only); nil: the system's CAs, the URL's host.
+    public let tls: UpstreamTLSSettings?
 
     static let connectRange = 1...60_000
     static let phaseRange = 1...3_600_000
@@ -128,7 +130,7 @@ public struct UpstreamConfig: Sendable, Equatable {
     public let keepAliveTimeoutMs: Int
 
     /// The valid upstreams, and every name declared (so routes naming a broken upstream are not reported twice).
-    static func readAll(_ value: ConfigValue?) -> (upstreams: [UpstreamConfig], names: Set<String>) {
+    static func readAll(_ value: ConfigValue?, baseDirectory: String = ".") -> (upstreams: [UpstreamConfig], names: Set<String>) {
         guard let value, let section = value.mapping() else { return ([], []) }
         if section.keys.isEmpty { value.invalid("at least one upstream is required") }
         let upstreams = section.keys.compactMap { name -> UpstreamConfig? in
@@ -136,12 +138,12 @@ public struct UpstreamConfig: Sendable, Equatable {
             if name.isEmpty || !name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
                 upstream.log.report(.invalidValue, upstream.path, "upstream names use A-Z a-z 0-9 _ -", line: upstream.line)
             }
-            return read(upstream, name: name)
+            return read(upstream, name: name, baseDirectory: baseDirectory)
         }
         return (upstreams, Set(section.keys))
     }
 
-    private static func read(_ section: ConfigMapping, name: String) -> UpstreamConfig? {
+    private static func read(_ section: ConfigMapping, name: String, baseDirectory: String) -> UpstreamConfig? {
         defer { section.finish() }
         let urlValue = section.required("url")
         let url = urlValue?.string()
@@ -164,11 +166,12 @@ public struct UpstreamConfig: Sendable, Equatable {
             urlValue.invalid("must not carry credentials")
             return nil
         }
+        let tls = UpstreamTLSSettings.read(section.optional("tls"), isHTTPS: parsed.scheme == "https", baseDirectory: baseDirectory)
         let basePath = parsed.path.hasSuffix("/") ? String(parsed.path.dropLast()) : parsed.path
         return UpstreamConfig(name: name, url: url, scheme: parsed.scheme, host: parsed.host,
                               port: parsed.port ?? (parsed.scheme == "https" ? 443 : 80), basePath: basePath,
                               connectTimeoutMs: connectTimeout, firstByteTimeoutMs: firstByte, idleTimeoutMs: idle,
-                              timeoutMs: timeout, hostHeader: hostHeader,
+                              timeoutMs: timeout, hostHeader: hostHeader, tls: tls,
                               maxIdleConnections: maxIdle, keepAliveTimeoutMs: keepAlive)
     }
 }

@@ -39,7 +39,8 @@ enum ReasonCatalog {
         .assertionMissing(""), .badHeader(""), .badRequest(""), .badPath, .bodyTooLarge(limit: 0), .challengeInvalid,
         .challengeExpired, .challengeWrongKind, .challengeReused, .challengeRateLimited(retryAfterSeconds: 1),
         .keyUnknown, .noMatchingKey, .keyRevoked, .keyAlreadyRegistered, .routeNotFound, .methodNotAllowed(allowed: []), .routeDenied,
-        .storeUnavailable(""), .storeError(""), .upstreamUnavailable(""), .upstreamTimeout(""), .upstreamProtocolError(""),
+        .storeUnavailable(""), .storeError(""), .upstreamUnavailable(""), .upstreamTLSFailed(""), .upstreamTimeout(""),
+        .upstreamProtocolError(""),
         .deviceTokenMissing, .deviceTokenInvalid(""), .deviceTokenReused, .deviceFlagged(""), .alreadyClaimed, .claimInProgress,
         .rateLimited(retryAfterSeconds: 1), .riskTooHigh(metric: 0, limit: 0), .appleUnavailable(""), .appleMisconfigured(""),
         .tokenExpired, .tokenInvalid(""), .tokenRevoked, .tokenReused, .tokenSigningFailed(""),
@@ -58,7 +59,7 @@ enum ReasonCatalog {
 
     /// Reasons of a failed upstream exchange (`gateway_upstream_errors_total`); invalid_target is caught by validation.
     static let upstreamReasons: [String] = [
-        UpstreamError.unavailable(""), .timeout(""), .protocolError(""), .responseTooLarge(limit: 0), .invalidRequest(""),
+        UpstreamError.unavailable(""), .tlsFailed(""), .timeout(""), .protocolError(""), .responseTooLarge(limit: 0), .invalidRequest(""),
     ].map(\.reasonCode)
 
     static let storeReasons = [StoreError.unavailable(""), .unexpectedReply("")].map(\.reasonCode)
@@ -97,7 +98,7 @@ enum ReasonCatalog {
         case .methodNotAllowed: return Set([.listedMethods, .builtin(.assertToken)] + (allEndpoints + playIntegrityEndpoints).map { .builtin($0) })
         case .routeDenied: return [.denyRoute]
         case .storeUnavailable, .storeError: return Set([.assertion] + checks.map { .builtin($0) })
-        case .upstreamUnavailable, .upstreamTimeout, .upstreamProtocolError: return [.forwarding]
+        case .upstreamUnavailable, .upstreamTLSFailed, .upstreamTimeout, .upstreamProtocolError: return [.forwarding]
         case .deviceTokenMissing: return [.deviceBits, .oncePerDevice]
         case .deviceTokenInvalid, .appleUnavailable, .appleMisconfigured:
             return [.fallback, .deviceBits, .oncePerDevice, .builtin(.verifyDevice)]

@@ -37,6 +37,8 @@ public enum GatewayError: Error, Equatable {
     case storeUnavailable(String)
     case storeError(String)
     case upstreamUnavailable(String)
+    /// The TLS handshake with an https upstream failed (its certificate, the name, a client certificate).
+    case upstreamTLSFailed(String)
     case upstreamTimeout(String)
     case upstreamProtocolError(String)
     case deviceTokenMissing
@@ -87,6 +89,7 @@ public enum GatewayError: Error, Equatable {
         case .storeUnavailable: return "store_unavailable"
         case .storeError: return "store_error"
         case .upstreamUnavailable: return "upstream_unavailable"
+        case .upstreamTLSFailed: return "upstream_tls_failed"
         case .upstreamTimeout: return "upstream_timeout"
         case .upstreamProtocolError: return "upstream_protocol_error"
         case .deviceTokenMissing: return "device_token_missing"
@@ -124,7 +127,7 @@ public enum GatewayError: Error, Equatable {
         case .routeNotFound: return 404
         case .methodNotAllowed: return 405
         case .storeUnavailable, .storeError: return 503
-        case .upstreamUnavailable, .upstreamProtocolError: return 502
+        case .upstreamUnavailable, .upstreamTLSFailed, .upstreamProtocolError: return 502
         case .upstreamTimeout: return 504
         case .deviceTokenMissing, .deviceTokenInvalid: return 401
         case .deviceTokenReused, .alreadyClaimed, .claimInProgress: return 409
@@ -166,6 +169,7 @@ public enum GatewayError: Error, Equatable {
         case .storeUnavailable: return "the state store is unavailable" + Self.seeLog
         case .storeError: return "the state store answered unexpectedly" + Self.seeLog
         case .upstreamUnavailable: return "the upstream is unavailable" + Self.seeLog
+        case .upstreamTLSFailed: return "the TLS handshake with the upstream failed" + Self.seeLog
         case .upstreamTimeout: return "the upstream did not answer in time" + Self.seeLog
         case .upstreamProtocolError: return "the upstream answered with a malformed response" + Self.seeLog
         case .deviceTokenMissing: return "this route needs an X-Apple-Device-Token header (DCDevice.generateToken, base64)"
@@ -199,8 +203,8 @@ public enum GatewayError: Error, Equatable {
     public var internalDetail: String? {
         switch self {
         case .storeUnavailable(let detail), .storeError(let detail), .upstreamUnavailable(let detail), .upstreamTimeout(let detail),
-             .upstreamProtocolError(let detail), .appleUnavailable(let detail), .appleMisconfigured(let detail),
-             .tokenSigningFailed(let detail), .integrityUnavailable(let detail):
+             .upstreamTLSFailed(let detail), .upstreamProtocolError(let detail), .appleUnavailable(let detail),
+             .appleMisconfigured(let detail), .tokenSigningFailed(let detail), .integrityUnavailable(let detail):
             return detail
         default:
             return nil
@@ -256,6 +260,7 @@ extension GatewayError {
         switch error {
         case .timeout(let detail): self = .upstreamTimeout(detail)
         case .unavailable(let detail): self = .upstreamUnavailable(detail)
+        case .tlsFailed(let detail): self = .upstreamTLSFailed(detail)
         case .protocolError, .responseTooLarge, .invalidRequest, .invalidTarget: self = .upstreamProtocolError(error.description)
         }
     }

@@ -56,7 +56,8 @@ public final class GatewayRuntime: Sendable {
         var upstreams: [String: UpstreamBinding] = [:]
         for upstream in config.upstreams {
             let target = try UpstreamTarget(baseURL: upstream.url, timeouts: upstream.timeouts,
-                                            maxIdleConnections: upstream.maxIdleConnections, keepAliveMs: upstream.keepAliveTimeoutMs)
+                                            maxIdleConnections: upstream.maxIdleConnections, keepAliveMs: upstream.keepAliveTimeoutMs,
+                                            tls: upstream.tls)
             let client = previous?.upstreams[upstream.name].flatMap { $0.client.target == target ? $0.client : nil }
                 ?? UpstreamClient(target: target)
             upstreams[upstream.name] = UpstreamBinding(name: upstream.name, client: client, preserveHost: upstream.hostHeader == .preserve)

@@ -1,0 +1,122 @@
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// `https://` upstreams over the real binary against real TLS servers (`openssl s_server`) with a private CA:
+/// `upstreams.<name>.tls` trusts that CA, checks the name, and shows a client certificate; every handshake
+/// failure is `502 upstream_tls_failed` with curl's reason in the log line, never a fallback to plain trust.
+final class HTTPSUpstreamTests: XCTestCase {
+    nonisolated(unsafe) private static var certificates: TestCertificates!
+    nonisolated(unsafe) private static var server: HTTPSTestUpstream!
+    nonisolated(unsafe) private static var mutualServer: HTTPSTestUpstream!
+    nonisolated(unsafe) private static var redis: RedisTestServer!
+    nonisolated(unsafe) private static var gateway: GatewayProcess!
+    nonisolated(unsafe) private static var startFailure: Error?
+
+    override class func setUp() {
+        super.setUp()
+        do {
+            certificates = try TestCertificates()
+            server = try HTTPSTestUpstream(certificates: certificates)
+            mutualServer = try HTTPSTestUpstream(certificates: certificates, requireClientCertificate: true)
+            redis = try RedisTestServer()
+            gateway = try GatewayProcess(directory: certificates.directory) { port, admin in
+                config(port: port, admin: admin, redisPort: redis.port)
+            }
+        } catch {
+            startFailure = error
+        }
+    }
+
+    override class func tearDown() {
+        gateway?.stop()
+        server?.stop()
+        mutualServer?.stop()
+        redis?.stop()
+        super.tearDown()
+    }
+
+    override func setUpWithError() throws {
+        if let failure = Self.startFailure { throw failure }
+    }
+
+    private static func config(port: Int, admin: Int, redisPort: Int) -> String {
+        let (ca, wrongCA) = (certificates.caFile, certificates.wrongCAFile)
+        let (cert, key) = (certificates.clientCertFile, certificates.clientKeyFile)
+        let (plain, mutual) = (server.baseURL, mutualServer.baseURL)
+        return """
+        listen: "127.0.0.1:\(port)"
+        admin_listen: "127.0.0.1:\(admin)"
+        redis: { url: "redis://127.0.0.1:\(redisPort)/0" }
+        app_attest: { apps: ["TEAMID1234.com.example.app"], environments: [development] }
+        upstreams:
+          trusted: { url: "\(plain)", tls: { ca_file: "\(ca)" } }
+          named: { url: "\(plain)", tls: { ca_file: "\(ca)", server_name: localhost } }
+          system_cas: { url: "\(plain)" }
+          untrusted: { url: "\(plain)", tls: { ca_file: "\(wrongCA)" } }
+          wrong_name: { url: "\(plain)", tls: { ca_file: "\(ca)", server_name: wrong.example } }
+          mtls: { url: "\(mutual)", tls: { ca_file: "\(ca)", cert_file: "\(cert)", key_file: "\(key)" } }
+          mtls_without_cert: { url: "\(mutual)", tls: { ca_file: "\(ca)" } }
+        routes:
+          - { path_prefix: "/trusted/", upstream: trusted, policy: pass }
+          - { path_prefix: "/named/", upstream: named, policy: pass }
+          - { path_prefix: "/system-cas/", upstream: system_cas, policy: pass }
+          - { path_prefix: "/untrusted/", upstream: untrusted, policy: pass }
+          - { path_prefix: "/wrong-name/", upstream: wrong_name, policy: pass }
+          - { path_prefix: "/mtls/", upstream: mtls, policy: pass }
+          - { path_prefix: "/mtls-without-cert/", upstream: mtls_without_cert, policy: pass }
+        """
+    }
+
+    private func get(_ path: String) throws -> Reply {
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: Self.gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10_000))
+        return try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "gateway.test")])))
+    }
+
+    /// The refusal and its request line: status, reason, and curl's words in `detail`.
+    private func assertTLSRefusal(_ path: String, detailContains expected: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let reply = try get(path)
+        XCTAssertEqual(reply.status, 502, reply.text, file: file, line: line)
+        XCTAssertEqual(reply.error, "upstream_tls_failed", reply.text, file: file, line: line)
+        let requestId = try XCTUnwrap(reply.headers.values(named: "X-Request-Id").first, file: file, line: line)
+        let logged = try XCTUnwrap(Self.gateway.waitForEvent { $0["request_id"] as? String == requestId }, file: file, line: line)
+        XCTAssertEqual(logged["reason"] as? String, "upstream_tls_failed", file: file, line: line)
+        let detail = logged["detail"] as? String ?? ""
+        XCTAssertTrue(detail.contains(expected), "detail: \(detail)", file: file, line: line)
+    }
+
+    func testAnUpstreamSignedByTheConfiguredCAAnswers() throws {
+        let reply = try get("/trusted/page")
+        XCTAssertEqual(reply.status, 200, reply.text)
+        XCTAssertTrue(reply.text.contains("Ciphers"), "s_server's status page came through TLS: \(reply.text.prefix(200))")
+    }
+
+    func testServerNameIsTheNameVerifiedWhileTheConfiguredAddressIsDialled() throws {
+        // The certificate names localhost and 127.0.0.1; the URL dials 127.0.0.1 and server_name asks for localhost.
+        XCTAssertEqual(try get("/named/page").status, 200)
+        try assertTLSRefusal("/wrong-name/page", detailContains: "wrong.example")
+    }
+
+    func testACertificateFromAnotherCAIsRefused() throws {
+        try assertTLSRefusal("/untrusted/page", detailContains: "certificate")
+        // Without tls, the system's CAs: the private CA is not among them.
+        try assertTLSRefusal("/system-cas/page", detailContains: "certificate")
+    }
+
+    func testAClientCertificateIsShownWhenConfigured() throws {
+        let reply = try get("/mtls/page")
+        XCTAssertEqual(reply.status, 200, reply.text)
+    }
+
+    func testAnUpstreamThatRequiresAClientCertificateRefusesOneWithout() throws {
+        try assertTLSRefusal("/mtls-without-cert/page", detailContains: "certificate required")
+    }
+
+    func testTLSFailuresAreCountedUnderTheirReason() throws {
+        _ = try get("/untrusted/counted")
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: Self.gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
+        let metrics = try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: "/metrics", headers: [HTTPField("Host", "admin")]))).text
+        XCTAssertTrue(metrics.contains("gateway_upstream_errors_total{upstream=\"untrusted\",reason=\"upstream_tls_failed\"}"), metrics)
+    }
+}
