@@ -10,18 +10,20 @@ import XCTest
 /// `AttestClient` driven against the real `gateway serve`, Redis, the example upstream and a fake Apple,
 /// with a simulated iPhone behind the `AppAttestService` protocol.
 final class AttestClientTests: XCTestCase {
-    nonisolated(unsafe) static var environment: ClientEnvironment!
-    var env: ClientEnvironment { Self.environment }
+    static let shared = SharedFixture<ClientEnvironment>()
+    var env: ClientEnvironment { Self.shared.value }
 
     override class func setUp() {
         super.setUp()
-        environment = try! ClientEnvironment()
+        shared.make { try ClientEnvironment() }
     }
 
     override class func tearDown() {
-        environment.stop()
+        shared.tearDown { $0.stop() }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     func url(_ pathAndQuery: String) -> URL { URL(string: env.gateway.baseURL + pathAndQuery)! }
 

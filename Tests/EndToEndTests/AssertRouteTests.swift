@@ -7,19 +7,20 @@ import XCTest
 
 /// A device registers and calls protected routes through the real gateway binary.
 final class AssertRouteTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    var env: GatewayEnvironment { Self.environment }
+    static let shared = SharedFixture<GatewayEnvironment>()
+    var env: GatewayEnvironment { Self.shared.value }
 
     override class func setUp() {
         super.setUp()
-        environment = try! GatewayEnvironment()
+        shared.make { try GatewayEnvironment() }
     }
 
     override class func tearDown() {
-        environment.stop()
-        environment = nil
+        shared.tearDown { $0.stop() }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     func registeredApp() throws -> AppClient {
         let app = try env.app()

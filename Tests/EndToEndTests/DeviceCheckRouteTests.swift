@@ -6,10 +6,9 @@ import XCTest
 
 /// DeviceCheck on routes, against a fake Apple server that checks the gateway's JWTs and keeps the bits.
 final class DeviceCheckRouteTests: XCTestCase {
-    nonisolated(unsafe) static var apple: FakeAppleServer!
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    var env: GatewayEnvironment { Self.environment }
-    var apple: FakeAppleServer { Self.apple }
+    static let shared = SharedFixture<(apple: FakeAppleServer, environment: GatewayEnvironment)>()
+    var env: GatewayEnvironment { Self.shared.value.environment }
+    var apple: FakeAppleServer { Self.shared.value.apple }
 
     static let routes = """
           - { path_prefix: "/fallback/", upstream: echo, policy: assert, fallback: devicecheck, deny_if_bits: { bit1: true } }
@@ -25,25 +24,31 @@ final class DeviceCheckRouteTests: XCTestCase {
 
     override class func setUp() {
         super.setUp()
-        apple = try! AppleTestKey.fakeApple()
-        let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
-        try! AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        environment = try! GatewayEnvironment(routes: routes, apple: """
-        apple:
-          team_id: "\(AppleTestKey.teamID)"
-          key_id: "\(AppleTestKey.keyID)"
-          private_key_path: "\(keyFile)"
-          devicecheck_url: "\(apple.baseURL)"
-          attest_data_url: "\(apple.baseURL)"
-          timeout_ms: 1000
-        """)
+        shared.make {
+            let apple = try AppleTestKey.fakeApple()
+            let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
+            try AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
+            return (apple, try GatewayEnvironment(routes: routes, apple: """
+            apple:
+              team_id: "\(AppleTestKey.teamID)"
+              key_id: "\(AppleTestKey.keyID)"
+              private_key_path: "\(keyFile)"
+              devicecheck_url: "\(apple.baseURL)"
+              attest_data_url: "\(apple.baseURL)"
+              timeout_ms: 1000
+            """))
+        }
     }
 
     override class func tearDown() {
-        environment.stop()
-        apple.stop()
+        shared.tearDown {
+            $0.environment.stop()
+            $0.apple.stop()
+        }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     /// A fresh token of one device (the fake keeps bits per device, tokens differ per call).
     func token(_ device: String) -> String { Base64.encode(Array("\(device):\(UUID().uuidString)".utf8)) }

@@ -9,19 +9,20 @@ import XCTest
 /// sends a key id. Then what stateless challenges promise: one use across devices, distinct refusals, no
 /// Redis memory for issuing.
 final class ReferenceClientTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    var env: GatewayEnvironment { Self.environment }
+    static let shared = SharedFixture<GatewayEnvironment>()
+    var env: GatewayEnvironment { Self.shared.value }
 
     override class func setUp() {
         super.setUp()
-        environment = try! GatewayEnvironment()
+        shared.make { try GatewayEnvironment() }
     }
 
     override class func tearDown() {
-        environment.stop()
-        environment = nil
+        shared.tearDown { $0.stop() }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     /// What Apple-style guides put in the client data, encoded with Foundation's JSONEncoder as the app does.
     struct GuideClientData: Encodable {

@@ -8,9 +8,9 @@ import XCTest
 /// Gateway tokens through the real binary: minted for a signed request, accepted on token routes without
 /// Redis, refused when expired, forged, revoked (on every gateway sharing the Redis) or reused.
 final class TokenRouteTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    nonisolated(unsafe) static var keys: TokenKeys!
-    var env: GatewayEnvironment { Self.environment }
+    static let shared = SharedFixture<(keys: TokenKeys, environment: GatewayEnvironment)>()
+    static var keys: TokenKeys { shared.value.keys }
+    var env: GatewayEnvironment { Self.shared.value.environment }
 
     static let routes = """
           - { path_prefix: "/tok/", upstream: echo, policy: assert, accept: [assertion, token] }
@@ -23,15 +23,18 @@ final class TokenRouteTests: XCTestCase {
 
     override class func setUp() {
         super.setUp()
-        keys = try! TokenKeys()
-        environment = try! GatewayEnvironment(routes: routes, appAttestExtra: keys.section())
+        shared.make {
+            let keys = try TokenKeys()
+            return (keys, try GatewayEnvironment(routes: routes, appAttestExtra: keys.section()))
+        }
     }
 
     override class func tearDown() {
-        environment.stop()
-        environment = nil
+        shared.tearDown { $0.environment.stop() }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     func registeredApp(_ env: GatewayEnvironment? = nil) throws -> AppClient {
         let app = try (env ?? self.env).app()
