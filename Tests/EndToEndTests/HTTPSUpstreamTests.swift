@@ -7,44 +7,48 @@ import XCTest
 /// `upstreams.<name>.tls` trusts that CA, checks the name, and shows a client certificate; every handshake
 /// failure is `502 upstream_tls_failed` with curl's reason in the log line, never a fallback to plain trust.
 final class HTTPSUpstreamTests: XCTestCase {
-    nonisolated(unsafe) private static var certificates: TestCertificates!
-    nonisolated(unsafe) private static var server: HTTPSTestUpstream!
-    nonisolated(unsafe) private static var mutualServer: HTTPSTestUpstream!
-    nonisolated(unsafe) private static var redis: RedisTestServer!
-    nonisolated(unsafe) private static var gateway: GatewayProcess!
-    nonisolated(unsafe) private static var startFailure: Error?
+    /// Two TLS servers with the same certificate: one requires a client certificate.
+    struct Servers {
+        let certificates: TestCertificates
+        let server: HTTPSTestUpstream
+        let mutualServer: HTTPSTestUpstream
+        let redis: RedisTestServer
+        let gateway: GatewayProcess
+    }
+
+    static let shared = SharedFixture<Servers>()
+    private var gateway: GatewayProcess { Self.shared.value.gateway }
 
     override class func setUp() {
         super.setUp()
-        do {
-            certificates = try TestCertificates()
-            server = try HTTPSTestUpstream(certificates: certificates)
-            mutualServer = try HTTPSTestUpstream(certificates: certificates, requireClientCertificate: true)
-            redis = try RedisTestServer()
-            gateway = try GatewayProcess(directory: certificates.directory) { port, admin in
-                config(port: port, admin: admin, redisPort: redis.port)
+        shared.make {
+            let certificates = try TestCertificates()
+            let server = try HTTPSTestUpstream(certificates: certificates)
+            let mutualServer = try HTTPSTestUpstream(certificates: certificates, requireClientCertificate: true)
+            let redis = try RedisTestServer()
+            let gateway = try GatewayProcess(directory: certificates.directory) { port, admin in
+                config(port: port, admin: admin, redisPort: redis.port, certificates: certificates, plain: server.baseURL,
+                       mutual: mutualServer.baseURL)
             }
-        } catch {
-            startFailure = error
+            return Servers(certificates: certificates, server: server, mutualServer: mutualServer, redis: redis, gateway: gateway)
         }
     }
 
     override class func tearDown() {
-        gateway?.stop()
-        server?.stop()
-        mutualServer?.stop()
-        redis?.stop()
+        shared.tearDown {
+            $0.gateway.stop()
+            $0.server.stop()
+            $0.mutualServer.stop()
+            $0.redis.stop()
+        }
         super.tearDown()
     }
 
-    override func setUpWithError() throws {
-        if let failure = Self.startFailure { throw failure }
-    }
+    override func setUpWithError() throws { try Self.shared.check() }
 
-    private static func config(port: Int, admin: Int, redisPort: Int) -> String {
+    private static func config(port: Int, admin: Int, redisPort: Int, certificates: TestCertificates, plain: String, mutual: String) -> String {
         let (ca, wrongCA) = (certificates.caFile, certificates.wrongCAFile)
         let (cert, key) = (certificates.clientCertFile, certificates.clientKeyFile)
-        let (plain, mutual) = (server.baseURL, mutualServer.baseURL)
         return """
         listen: "127.0.0.1:\(port)"
         admin_listen: "127.0.0.1:\(admin)"
@@ -70,7 +74,7 @@ final class HTTPSUpstreamTests: XCTestCase {
     }
 
     private func get(_ path: String) throws -> Reply {
-        let client = UpstreamClient(target: try UpstreamTarget(baseURL: Self.gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10_000))
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.baseURL, connectTimeoutMs: 2000, timeoutMs: 10_000))
         return try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "gateway.test")])))
     }
 
@@ -80,7 +84,7 @@ final class HTTPSUpstreamTests: XCTestCase {
         XCTAssertEqual(reply.status, 502, reply.text, file: file, line: line)
         XCTAssertEqual(reply.error, "upstream_tls_failed", reply.text, file: file, line: line)
         let requestId = try XCTUnwrap(reply.headers.values(named: "X-Request-Id").first, file: file, line: line)
-        let logged = try XCTUnwrap(Self.gateway.waitForEvent { $0["request_id"] as? String == requestId }, file: file, line: line)
+        let logged = try XCTUnwrap(gateway.waitForEvent { $0["request_id"] as? String == requestId }, file: file, line: line)
         XCTAssertEqual(logged["reason"] as? String, "upstream_tls_failed", file: file, line: line)
         let detail = logged["detail"] as? String ?? ""
         XCTAssertTrue(detail.contains(expected), "detail: \(detail)", file: file, line: line)
@@ -115,7 +119,7 @@ final class HTTPSUpstreamTests: XCTestCase {
 
     func testTLSFailuresAreCountedUnderTheirReason() throws {
         _ = try get("/untrusted/counted")
-        let client = UpstreamClient(target: try UpstreamTarget(baseURL: Self.gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
         let metrics = try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: "/metrics", headers: [HTTPField("Host", "admin")]))).text
         XCTAssertTrue(metrics.contains("gateway_upstream_errors_total{upstream=\"untrusted\",reason=\"upstream_tls_failed\"}"), metrics)
     }
