@@ -1,10 +1,10 @@
 import EventLoop
 
 /// One server from one event loop: a few pipelined connections used in turn. A broken connection is
-/// replaced on the next command, but not within `reconnectPauseMs` of a failed attempt, so an outage does
-/// not turn every request into a connect attempt. Loop thread only.
+/// replaced on the next command, but not within `options.reconnectPauseMs` of a failed attempt, so an outage
+/// does not turn every request into a connect attempt. Loop thread only.
 final class LoopRedisNode {
-    static let reconnectPauseMs: UInt64 = 200
+    private var reconnectPauseMs: UInt64 { UInt64(max(0, options.reconnectPauseMs)) }
 
     let address: RedisAddress
     private let loop: EventLoop
@@ -40,7 +40,7 @@ final class LoopRedisNode {
     var recentlyFailed: Bool {
         connections.contains { connection in
             guard let connection, connection.isClosed, let failed = connection.failedAtMs else { return false }
-            return loop.nowMs < failed + Self.reconnectPauseMs
+            return loop.nowMs < failed + reconnectPauseMs
         }
     }
 
@@ -51,7 +51,7 @@ final class LoopRedisNode {
         next = (next + 1) % connections.count
         if let connection = connections[next] {
             if !connection.isClosed { return connection }
-            if let failed = connection.failedAtMs, loop.nowMs < failed + Self.reconnectPauseMs {
+            if let failed = connection.failedAtMs, loop.nowMs < failed + reconnectPauseMs {
                 throw .unreachable("Redis at \(address) failed a moment ago (\(connection.failure ?? "closed")); not retried yet")
             }
         }

@@ -36,6 +36,9 @@ public struct RedisOptions: Sendable {
     public var timeoutMs: Int
     /// Pipelined connections per server and event loop.
     public var connectionsPerNode: Int
+    /// After a failed attempt, commands to that server fail at once for this long instead of each trying to
+    /// connect (an outage must not turn every request into a connect attempt). Tests lengthen it.
+    public var reconnectPauseMs = 200
 
     public init(topology: Topology, username: String? = nil, password: String? = nil, database: Int = 0,
                 tls: RedisTLSContext? = nil, timeoutMs: Int = 500, connectionsPerNode: Int = 2,

@@ -18,7 +18,7 @@ final class DeviceCheckRouteTests: XCTestCase {
           - { path_prefix: "/risk-report/", upstream: echo, policy: assert, max_risk_metric: 5 }
           - { path_prefix: "/claim-open/", upstream: echo, policy: assert, once_per_device: bit0, apple_unreachable: open }
           - { path_prefix: "/claim-closed/", upstream: echo, policy: assert, once_per_device: bit0 }
-          - { path_prefix: "/slow", methods: [GET], upstream: api, policy: assert, once_per_device: bit0 }
+          - { path_prefix: "/slow", methods: [GET], upstream: api, policy: assert, once_per_device: bit0, first_byte_timeout_ms: 20000, timeout_ms: 0 }
           - { path_prefix: "/", upstream: echo, policy: pass }
     """
 
@@ -120,11 +120,13 @@ final class DeviceCheckRouteTests: XCTestCase {
         let app = try env.app()
         XCTAssertEqual(try app.register().status, 200)
         let device = "phone-double-tap"
-        let slow = try app.signed("GET", "/slow", query: "ms=1000", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
+        let slow = try app.signed("GET", "/slow", query: "ms=3000", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
         let quick = try app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
         let replies = LockedReplies()
+        let redisPort = env.redis.port
         DispatchQueue.concurrentPerform(iterations: 2) { index in
-            if index == 1 { Thread.sleep(forTimeInterval: 0.4) }  // while the slow one waits on the upstream
+            // The quick one goes once the slow one holds its claim (the in-flight mark in Redis), not after a guessed delay.
+            if index == 1 { XCTAssertTrue(Self.waitForClaimMark(redisPort: redisPort), "the slow request claimed the device") }
             replies.set(index, (try? app.send(index == 0 ? slow : quick)))
         }
         XCTAssertEqual(replies[0]?.status, 200, replies[0]?.text ?? "no reply")
@@ -132,6 +134,17 @@ final class DeviceCheckRouteTests: XCTestCase {
         XCTAssertEqual(replies[1]?.error, "claim_in_progress")
         let later = try app.send(app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))]))
         XCTAssertEqual(later.error, "already_claimed", "the first request's claim was settled, then its mark released")
+    }
+
+    /// Whether a `once_per_device` in-flight mark (`…:claim:<route>`) appeared in this environment's Redis within 10 s.
+    private static func waitForClaimMark(redisPort: Int) -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        repeat {
+            let keys = try? Command.run("redis-cli", ["-p", String(redisPort), "--scan", "--pattern", "*:claim:*"], timeout: 5).output
+            if keys?.contains(":claim:") == true { return true }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
     }
 
     func testAFailedOncePerDeviceRequestLeavesNoMarkBehind() throws {

@@ -25,7 +25,7 @@ final class GatewayEnvironment: @unchecked Sendable {
 
     /// `routes` is the YAML list under `routes:`; `apple` and `extra` are appended at the top level.
     init(routes: String = GatewayEnvironment.defaultRoutes, challengeTTL: Int = 300, apple: String? = nil,
-         appAttestExtra: String = "", extra: String = "", redisSection: String? = nil) throws {
+         appAttestExtra: String = "", extra: String = "", redisSection: String? = nil, serveArguments: [String] = []) throws {
         redis = try RedisTestServer()
         self.redisSection = redisSection ?? "{ url: \"redis://127.0.0.1:\(redis.port)/0\", pool_size: 8, timeout_ms: 300 }"
         upstream = try ExampleUpstream()
@@ -35,7 +35,7 @@ final class GatewayEnvironment: @unchecked Sendable {
         self.challengeTTL = challengeTTL
         self.appAttestExtra = appAttestExtra
         let (directory, redis, upstreamURL) = (directory, self.redisSection, upstream.baseURL)
-        gateway = try GatewayProcess(directory: directory) { port, admin in
+        gateway = try GatewayProcess(directory: directory, arguments: serveArguments) { port, admin in
             GatewayEnvironment.config(port: port, admin: admin, redis: redis, upstreamURL: upstreamURL, directory: directory,
                                       routes: routes, challengeTTL: challengeTTL, appAttestExtra: appAttestExtra)
                 + (apple.map { "\n" + $0 } ?? "") + (extra.isEmpty ? "" : "\n" + extra)
@@ -134,6 +134,13 @@ final class GatewayEnvironment: @unchecked Sendable {
     /// after its response went out, so a scrape sent the moment the client has it may come first (another loop).
     func metrics(showing lines: [String], within seconds: TimeInterval = 5) throws -> String {
         try metrics(within: seconds) { text in lines.allSatisfy { text.contains($0) } }
+    }
+
+    /// Waits until the gateway holds at least `count` requests it received and has not answered
+    /// (`gateway_in_flight_requests`): the state a drain test needs, rather than a sleep.
+    func waitForInFlightRequests(atLeast count: Int, within seconds: TimeInterval = 10) throws -> Bool {
+        let inFlight = { (text: String) in (MetricsText.sample("gateway_in_flight_requests", in: text) ?? 0) >= Double(count) }
+        return inFlight(try metrics(within: seconds, until: inFlight))
     }
 
     /// /metrics once `done` holds for it, or the last scrape after `seconds`.

@@ -68,20 +68,28 @@ final class OperationsTests: XCTestCase {
     }
 
     func testSigtermDrainsInFlightRequestsAndExitsZero() throws {
-        let env = try GatewayEnvironment()
+        // Slow enough to be still running while the test sees the drain on a loaded machine.
+        let env = try GatewayEnvironment(routes: """
+              - { path: "/slow", upstream: api, policy: pass, first_byte_timeout_ms: 20000, timeout_ms: 0 }
+        """)
         defer { env.stop() }
         let slow = DispatchQueue.global()
         let group = DispatchGroup()
         let status = Mutex12()
         group.enter()
         slow.async {
-            status.append((try? env.request("GET", "/slow?ms=800").status) ?? -1)
+            status.append((try? env.request("GET", "/slow?ms=3000").status) ?? -1)
             group.leave()
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        XCTAssertTrue(try env.waitForInFlightRequests(atLeast: 1), "the slow request reached the gateway")
         env.gateway.process.signal(SIGTERM)
-        Thread.sleep(forTimeInterval: 0.1)
-        let readiness = try env.admin("/readyz")
+        // The admin listener answers until the drain ends: /readyz turns 503 once the signal is handled.
+        var readiness = try env.admin("/readyz")
+        let deadline = Date().addingTimeInterval(5)
+        while readiness.status != 503, Date() < deadline {
+            usleep(20_000)
+            readiness = try env.admin("/readyz")
+        }
         XCTAssertEqual(readiness.status, 503, "not ready while draining")
         XCTAssertEqual(readiness.error, "draining")
         XCTAssertEqual(group.wait(timeout: .now() + 5), .success)

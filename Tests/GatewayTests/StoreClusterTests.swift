@@ -13,19 +13,28 @@ final class StoreClusterTests: XCTestCase {
     private var cluster: RedisTestCluster!
     private var store: AttestStore!
     private var direct: BlockingRedis!
+    private let storePrefix = "cluster-\(UUID().uuidString.prefix(8))"
 
     override func setUpWithError() throws {
         cluster = try RedisTestCluster.shared()
         try cluster.waitUntilHealthy()
         let options = RedisOptions(topology: .cluster(seeds: cluster.nodes.prefix(2).map { RedisAddress(host: "127.0.0.1", port: $0.port) }),
                                    timeoutMs: 1000)
-        store = try AttestStore(redis: Redis(options: options), keyPrefix: "cluster-\(UUID().uuidString.prefix(8))")
+        store = try AttestStore(redis: Redis(options: options), keyPrefix: storePrefix)
         direct = BlockingRedis(options: options)
     }
 
     override func tearDown() {
         store = nil
         direct = nil
+    }
+
+    /// TRYAGAIN error replies the primaries sent so far (Redis' `INFO errorstats`).
+    private func tryAgainReplies() throws -> Int {
+        try cluster.primaries().reduce(0) { sum, node in
+            let line = try node.query("INFO", "errorstats").split(whereSeparator: \.isNewline).first { $0.hasPrefix("errorstat_TRYAGAIN:count=") }
+            return sum + (line.flatMap { Int($0.dropFirst("errorstat_TRYAGAIN:count=".count)) } ?? 0)
+        }
     }
 
     private func commit(_ record: KeyRecord, _ counter: UInt32, challenge: ChallengeUse? = nil) throws -> CommitOutcome {
@@ -107,11 +116,27 @@ final class StoreClusterTests: XCTestCase {
         try cluster.moveKeys(of: migration)
         XCTAssertThrowsError(try store.loadKey(keyId: record.keyId), "moved, but the development record is missing: TRYAGAIN")
 
-        // The migration ends while the client waits: the commit goes through on the target.
-        let cluster: RedisTestCluster = self.cluster
-        DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) { try? cluster.finishMigration(migration) }
-        XCTAssertEqual(try commit(record, 2), .accepted(previousCounter: 1))
+        // The migration ends while the client waits: the commit goes through on the target. A patient client (10 s)
+        // is refused with TRYAGAIN first (seen in Redis' error counts), then the migration is finished: no race
+        // between a timer and the time redis-cli takes to finish it on a loaded machine.
+        let options = RedisOptions(topology: .cluster(seeds: cluster.nodes.prefix(2).map { RedisAddress(host: "127.0.0.1", port: $0.port) }),
+                                   timeoutMs: 10_000)
+        let patient = try AttestStore(redis: Redis(options: options), keyPrefix: storePrefix)
+        let refusalsBefore = try tryAgainReplies()
+        let outcome = Locked<Result<CommitOutcome, Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            outcome.withLock { $0 = Result { try patient.commitAssertion(keyId: record.keyId, environment: record.environment, challenge: nil,
+                                                                        counter: 2, window: 0) } }
+            done.signal()
+        }
+        let deadline = Date().addingTimeInterval(8)
+        while try tryAgainReplies() == refusalsBefore, Date() < deadline { usleep(20_000) }
+        XCTAssertGreaterThan(try tryAgainReplies(), refusalsBefore, "the commit met the migration")
+        try cluster.finishMigration(migration)
         finished = true
+        XCTAssertEqual(done.wait(timeout: .now() + 15), .success)
+        XCTAssertEqual(try outcome.withLock { $0 }?.get(), .accepted(previousCounter: 1))
         try cluster.waitUntilHealthy()
         XCTAssertEqual(try cluster.owner(ofSlot: slot).port, target.port)
         XCTAssertEqual(try store.loadKey(keyId: record.keyId)?.counter, 2)
