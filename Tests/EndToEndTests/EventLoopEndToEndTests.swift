@@ -234,6 +234,31 @@ final class EventLoopEndToEndTests: XCTestCase {
         XCTAssertEqual(env.gateway.events.last { $0["event"] as? String == "stopped" }?["abandoned_requests"] as? Int, 0)
     }
 
+    /// Requests still running when `--drain-seconds` runs out are abandoned: counted in the `stopped` line, their
+    /// connections closed (the client sees no response), each logged as a request the client did not get.
+    func testRequestsStillRunningAtTheDrainDeadlineAreAbandonedAndLogged() throws {
+        let env = try start(serveArguments: ["--drain-seconds", "1"])
+        let stuck = try (0..<2).map { _ in try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10) }
+        for client in stuck { try client.send("GET /slow?ms=8000 HTTP/1.1\r\nHost: t\r\n\r\n") }
+        XCTAssertTrue(try env.waitForInFlightRequests(atLeast: stuck.count), "the slow requests reached the gateway")
+        env.gateway.process.signal(SIGTERM)
+
+        let draining = try XCTUnwrap(env.gateway.waitForEvent(timeout: 10) { $0["event"] as? String == "draining" })
+        XCTAssertEqual(draining["in_flight"] as? Int, stuck.count)
+        XCTAssertEqual(draining["timeout_seconds"] as? Int, 1)
+        let stopped = try XCTUnwrap(env.gateway.waitForEvent(timeout: 10) { $0["event"] as? String == "stopped" })
+        XCTAssertEqual(stopped["abandoned_requests"] as? Int, stuck.count)
+        for client in stuck { XCTAssertTrue(client.peerClosed(), "an abandoned request's connection is closed without a response") }
+        XCTAssertEqual(env.gateway.process.waitForExit(timeout: 10), 0)
+        let abandoned = env.gateway.events.filter { $0["path"] as? String == "/slow" }
+        XCTAssertEqual(abandoned.count, stuck.count, "one line per abandoned request: \(abandoned)")
+        for line in abandoned {
+            // Closed under the request: no status went out, as when a client leaves (docs/operations.md, SIGTERM).
+            XCTAssertEqual(line["outcome"] as? String, "client_aborted", "\(line)")
+            XCTAssertEqual(line["status"] as? Int, 0, "\(line)")
+        }
+    }
+
     private func errorReason(_ response: RawHTTPClient.Response) -> String? {
         (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String])?["error"]
     }
