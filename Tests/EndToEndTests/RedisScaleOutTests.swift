@@ -79,6 +79,8 @@ final class RedisScaleOutTests: XCTestCase {
             var registered: [AppClient] = []
             var statuses: [Int: Int] = [:]
             var errors: Set<String> = []
+            /// Exchanges that got no HTTP answer at all (connection refused or reset, timeout): each one counts.
+            var transportErrors: [String] = []
             var wrongAccepts = 0
         }
         let tally = Mutex(Tally())
@@ -89,19 +91,25 @@ final class RedisScaleOutTests: XCTestCase {
             Thread {
                 defer { done.leave() }
                 while !stop.load(ordering: .relaxed) {
-                    guard let app = try? env.app(), let registration = try? app.register() else { continue }
-                    tally.withLock { $0.statuses[registration.status, default: 0] += 1 }
-                    guard registration.status == 200 else {
-                        tally.withLock { _ = $0.errors.insert(registration.error ?? "") }
-                        continue
-                    }
-                    tally.withLock { $0.registered.append(app) }
-                    guard let request = try? app.signed("GET", "/secure/feed"), let first = try? app.send(request),
-                          let replay = try? app.send(request) else { continue }
-                    tally.withLock {
-                        $0.statuses[first.status, default: 0] += 1
-                        if first.status != 200 { $0.errors.insert(first.error ?? "") }
-                        if replay.status == 200 { $0.wrongAccepts += 1 }
+                    do {
+                        let app = try env.app()
+                        let registration = try app.register()
+                        tally.withLock { $0.statuses[registration.status, default: 0] += 1 }
+                        guard registration.status == 200 else {
+                            tally.withLock { _ = $0.errors.insert(registration.error ?? "") }
+                            continue
+                        }
+                        tally.withLock { $0.registered.append(app) }
+                        let request = try app.signed("GET", "/secure/feed")
+                        let first = try app.send(request)
+                        let replay = try app.send(request)
+                        tally.withLock {
+                            $0.statuses[first.status, default: 0] += 1
+                            if first.status != 200 { $0.errors.insert(first.error ?? "") }
+                            if replay.status == 200 { $0.wrongAccepts += 1 }
+                        }
+                    } catch {
+                        tally.withLock { $0.transportErrors.append("\(error)") }
                     }
                 }
             }.start()
@@ -112,6 +120,7 @@ final class RedisScaleOutTests: XCTestCase {
 
         let result = tally.withLock { $0 }
         XCTAssertEqual(result.wrongAccepts, 0, "a replay accepted during the reshard")
+        XCTAssertEqual(result.transportErrors, [], "every exchange gets an HTTP answer during the reshard")
         XCTAssertGreaterThan(result.registered.count, 5, "traffic ran during the reshard: \(result.statuses)")
         // Only a multi-key script caught mid-migration may give up (TRYAGAIN past its retries): 503, never a
         // wrong answer such as key_unknown.
