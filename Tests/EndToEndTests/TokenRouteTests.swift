@@ -212,6 +212,44 @@ final class TokenRouteTests: XCTestCase {
         XCTAssertEqual(try PythonJWS.verify(token: parts[0] + "." + TokenKeys.encode(claims) + "." + parts[2], jwks: jwks.text), "invalid")
     }
 
+    /// A token signed here with the gateway's key, for the claims' times (seconds from now).
+    private func token(for app: AppClient, issuedIn iat: Int, expiringIn exp: Int) throws -> String {
+        let now = Int(Date().timeIntervalSince1970)
+        let claims: [String: Any] = ["sub": app.device.keyIdBase64, "app": GatewayEnvironment.app.description, "env": "development",
+                                     "iat": now + iat, "exp": now + exp, "jti": UUID().uuidString]
+        return try Self.keys.sign(header: ["alg": "ES256", "typ": "JWT", "kid": Self.keys.currentKid], claims: claims, with: Self.keys.current)
+    }
+
+    /// `clock_skew_seconds: 5` (this class's gateway): a token expired a second ago or issued two seconds ahead (another
+    /// gateway's clock) still passes; one expired half a minute ago, or issued a minute ahead, does not.
+    func testTheClockSkewAllowanceAppliesToExpiryAndIssueTime() throws {
+        let app = try registeredApp()
+        let use = { (token: String) in try self.env.request("GET", "/tok/skew", headers: [HTTPField("X-App-Attest-Token", token)]) }
+        XCTAssertEqual(try use(token(for: app, issuedIn: -60, expiringIn: -1)).status, 200, "expired within the skew")
+        XCTAssertEqual(try use(token(for: app, issuedIn: 2, expiringIn: 600)).status, 200, "issued ahead within the skew")
+        let expired = try use(token(for: app, issuedIn: -90, expiringIn: -30))
+        XCTAssertEqual(expired.status, 401, expired.text)
+        XCTAssertEqual(expired.error, "token_expired")
+        let future = try use(token(for: app, issuedIn: 60, expiringIn: 600))
+        XCTAssertEqual(future.status, 401, future.text)
+        XCTAssertEqual(future.error, "token_invalid", "the same claims as the one issued 2 s ahead, but for iat")
+    }
+
+    /// The token is a bearer credential: neither its mint nor its use puts it (or its signature) in a log line.
+    func testTheGatewayTokenIsNeverLogged() throws {
+        let app = try registeredApp()
+        let minted = try app.mintToken()
+        let token = try XCTUnwrap(minted.json["token"] as? String)
+        let used = try env.request("GET", "/tok/logged", headers: [HTTPField("X-App-Attest-Token", token)])
+        XCTAssertEqual(used.status, 200, used.text)
+        let requestId = try XCTUnwrap(used.headers.values(named: "X-Request-Id").first)
+        XCTAssertNotNil(env.gateway.waitForEvent { $0["request_id"] as? String == requestId }, "the use was logged")
+        let signature = try XCTUnwrap(token.split(separator: ".").last)
+        for line in env.gateway.process.lines {
+            XCTAssertFalse(line.contains(signature), "the token's signature in a log line: \(line)")
+        }
+    }
+
     func testExpiredTokenIsRefused() throws {
         let short = try GatewayEnvironment(routes: Self.routes, appAttestExtra: Self.keys.section(ttl: 1, skew: 0))
         defer { short.stop() }
