@@ -25,12 +25,6 @@ final class DeviceCheckClientTests: XCTestCase {
         return try DeviceCheckClient(baseURL: baseURL ?? apple.baseURL, jwt: TestKeys.jwt(key), options: options)
     }
 
-    private func assertFails(_ reasonCode: String, file: StaticString = #filePath, line: UInt = #line, _ body: () throws -> Void) {
-        XCTAssertThrowsError(try body(), file: file, line: line) { error in
-            XCTAssertEqual((error as? AppleServiceError)?.reasonCode, reasonCode, "\(error)", file: file, line: line)
-        }
-    }
-
     private func json(_ request: FakeAppleServer.Request) throws -> [String: Any] {
         try XCTUnwrap(JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any])
     }

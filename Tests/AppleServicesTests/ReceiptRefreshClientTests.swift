@@ -23,12 +23,6 @@ final class ReceiptRefreshClientTests: XCTestCase {
         return try ReceiptRefreshClient(baseURL: apple.baseURL, jwt: TestKeys.jwt(), options: AppleServiceOptions(retry: retry))
     }
 
-    private func assertFails(_ reasonCode: String, file: StaticString = #filePath, line: UInt = #line, _ body: () throws -> Void) {
-        XCTAssertThrowsError(try body(), file: file, line: line) { error in
-            XCTAssertEqual((error as? AppleServiceError)?.reasonCode, reasonCode, "\(error)", file: file, line: line)
-        }
-    }
-
     func testOKReturnsTheNewReceiptDecoded() throws {
         XCTAssertEqual(try client().exchange(receipt: receipt), .refreshed(apple.refreshedReceipt))
         let request = try XCTUnwrap(apple.requests.first)

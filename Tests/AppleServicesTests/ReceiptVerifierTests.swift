@@ -45,13 +45,6 @@ final class ReceiptVerifierTests: XCTestCase {
         get throws { try XCTUnwrap(Self.vectors().first { $0.name == "att-veehaitch-ios14.4.json" }) }
     }
 
-    private func assertFails(_ reason: VerificationError.Reason, file: StaticString = #filePath, line: UInt = #line,
-                             _ body: () throws -> Void) {
-        XCTAssertThrowsError(try body(), file: file, line: line) { error in
-            XCTAssertEqual((error as? VerificationError)?.reason, reason, "\(error)", file: file, line: line)
-        }
-    }
-
     private func verify(_ vector: Vector, receipt: [UInt8]? = nil, appID: AppID? = nil, publicKey: P256PublicKey? = nil,
                         at time: Date? = nil, trustAnchor: ReceiptTrustAnchor = .apple,
                         maxAge: TimeInterval? = nil) throws -> AttestationReceipt {

@@ -6,7 +6,7 @@ import Upstream
 import XCTest
 
 /// A device registers and calls protected routes through the real gateway binary.
-final class AssertRouteTests: XCTestCase {
+final class AssertRouteTests: XCTestCase, SharedGatewayTests {
     static let shared = SharedFixture<GatewayEnvironment>()
     var env: GatewayEnvironment { Self.shared.value }
 
@@ -21,13 +21,6 @@ final class AssertRouteTests: XCTestCase {
     }
 
     override func setUpWithError() throws { try Self.shared.check() }
-
-    func registeredApp() throws -> AppClient {
-        let app = try env.app()
-        let reply = try app.register()
-        XCTAssertEqual(reply.status, 200, reply.text)
-        return app
-    }
 
     func testRegisterThenVerifiedRequestIsForwardedWithIdentityHeaders() throws {
         let app = try env.app()
@@ -314,10 +307,5 @@ final class AssertRouteTests: XCTestCase {
     }
 }
 
-/// Statuses collected from concurrent requests.
-final class Mutex12: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: [Int] = []
-    func append(_ value: Int) { lock.lock(); stored.append(value); lock.unlock() }
-    var values: [Int] { lock.lock(); defer { lock.unlock() }; return stored }
-}
+/// Statuses collected from concurrent requests (the name other tests of this target use).
+typealias Mutex12 = Gathered<Int>

@@ -122,16 +122,17 @@ final class DeviceCheckRouteTests: XCTestCase {
         let device = "phone-double-tap"
         let slow = try app.signed("GET", "/slow", query: "ms=3000", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
         let quick = try app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))])
-        let replies = LockedReplies()
+        let replies = Gathered<(index: Int, reply: Reply?)>()
         let redisPort = env.redis.port
         DispatchQueue.concurrentPerform(iterations: 2) { index in
             // The quick one goes once the slow one holds its claim (the in-flight mark in Redis), not after a guessed delay.
             if index == 1 { XCTAssertTrue(Self.waitForClaimMark(redisPort: redisPort), "the slow request claimed the device") }
-            replies.set(index, (try? app.send(index == 0 ? slow : quick)))
+            replies.append((index, try? app.send(index == 0 ? slow : quick)))
         }
-        XCTAssertEqual(replies[0]?.status, 200, replies[0]?.text ?? "no reply")
-        XCTAssertEqual(replies[1]?.status, 409)
-        XCTAssertEqual(replies[1]?.error, "claim_in_progress")
+        let (slowReply, quickReply) = (replies.values.first { $0.index == 0 }?.reply, replies.values.first { $0.index == 1 }?.reply)
+        XCTAssertEqual(slowReply?.status, 200, slowReply?.text ?? "no reply")
+        XCTAssertEqual(quickReply?.status, 409)
+        XCTAssertEqual(quickReply?.error, "claim_in_progress")
         let later = try app.send(app.signed("GET", "/slow", query: "ms=1", extraHeaders: [HTTPField("X-Apple-Device-Token", token(device))]))
         XCTAssertEqual(later.error, "already_claimed", "the first request's claim was settled, then its mark released")
     }
@@ -228,11 +229,4 @@ final class DeviceCheckRouteTests: XCTestCase {
         XCTAssertEqual(bad.error, "device_token_invalid")
         XCTAssertEqual(try env.request("POST", "/verify-device", body: Array("{}".utf8)).error, "bad_request")
     }
-}
-
-final class LockedReplies: @unchecked Sendable {
-    private let lock = NSLock()
-    private var replies: [Int: Reply] = [:]
-    func set(_ index: Int, _ reply: Reply?) { lock.withLock { replies[index] = reply } }
-    subscript(index: Int) -> Reply? { lock.withLock { replies[index] } }
 }

@@ -116,6 +116,14 @@ final class GatewayEnvironment: @unchecked Sendable {
           - { path_prefix: "/", upstream: echo, policy: pass }
     """
 
+    /// A new simulated iPhone, its key attested and registered with this gateway.
+    func registeredApp() throws -> AppClient {
+        let app = try app()
+        let reply = try app.register()
+        guard reply.status == 200 else { throw TestSupportError("registration refused: \(reply.status) \(reply.text)") }
+        return app
+    }
+
     /// A new simulated iPhone talking to this gateway.
     func app(environment: AppAttestEnvironment = .development) throws -> AppClient {
         AppClient(device: try SimulatedDevice(ca: ca, appID: GatewayEnvironment.app, environment: environment), client: client)
@@ -153,6 +161,15 @@ final class GatewayEnvironment: @unchecked Sendable {
         }
         return text
     }
+}
+
+/// Test classes that share one gateway (`env`, a SharedFixture): `registeredApp()` on it, or on another one.
+protocol SharedGatewayTests {
+    var env: GatewayEnvironment { get }
+}
+
+extension SharedGatewayTests {
+    func registeredApp(_ other: GatewayEnvironment? = nil) throws -> AppClient { try (other ?? env).registeredApp() }
 }
 
 /// A whole response, with the gateway's JSON error or the echo upstream's view of the request decoded.

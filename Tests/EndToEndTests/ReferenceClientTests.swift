@@ -8,7 +8,7 @@ import XCTest
 /// The two reference clients iOS teams copy, byte for byte, through the real binary with Redis: neither
 /// sends a key id. Then what stateless challenges promise: one use across devices, distinct refusals, no
 /// Redis memory for issuing.
-final class ReferenceClientTests: XCTestCase {
+final class ReferenceClientTests: XCTestCase, SharedGatewayTests {
     static let shared = SharedFixture<GatewayEnvironment>()
     var env: GatewayEnvironment { Self.shared.value }
 
@@ -30,13 +30,6 @@ final class ReferenceClientTests: XCTestCase {
         let method: String
         let path: String
         let bodySHA256: String
-    }
-
-    func registeredApp() throws -> AppClient {
-        let app = try env.app()
-        let reply = try app.register()
-        XCTAssertEqual(reply.status, 200, reply.text)
-        return app
     }
 
     /// GET /assert/challenge without key_id, sign {"challenge","method","path","bodySHA256"}, send two headers.

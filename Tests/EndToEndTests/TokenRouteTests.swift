@@ -7,7 +7,7 @@ import XCTest
 
 /// Gateway tokens through the real binary: minted for a signed request, accepted on token routes without
 /// Redis, refused when expired, forged, revoked (on every gateway sharing the Redis) or reused.
-final class TokenRouteTests: XCTestCase {
+final class TokenRouteTests: XCTestCase, SharedGatewayTests {
     static let shared = SharedFixture<(keys: TokenKeys, environment: GatewayEnvironment)>()
     static var keys: TokenKeys { shared.value.keys }
     var env: GatewayEnvironment { Self.shared.value.environment }
@@ -35,13 +35,6 @@ final class TokenRouteTests: XCTestCase {
     }
 
     override func setUpWithError() throws { try Self.shared.check() }
-
-    func registeredApp(_ env: GatewayEnvironment? = nil) throws -> AppClient {
-        let app = try (env ?? self.env).app()
-        let reply = try app.register()
-        XCTAssertEqual(reply.status, 200, reply.text)
-        return app
-    }
 
     func testMintedTokenIsAcceptedOnTokenRoutesAndRefusedOnAssertionOnlyRoutes() throws {
         let app = try registeredApp()

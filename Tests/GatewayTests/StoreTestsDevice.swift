@@ -1,6 +1,7 @@
 import AssertionCheck
 import Foundation
 import Gateway
+import TestSupport
 import XCTest
 
 /// State for Apple's server APIs: single-use device tokens, the receipt schedule, stored risk metrics.
@@ -55,19 +56,12 @@ final class StoreTestsDevice: RegisteredKeyTestCase {
             try store.scheduleReceiptRefresh(keyId: key.keyId, environment: key.environment, at: now)
         }
         let store = self.store
-        let claims = Claims()
+        let claims = Gathered<[UInt8]>()
         DispatchQueue.concurrentPerform(iterations: 4) { _ in
             let claimed = (try? store.claimDueReceipts(now: now, leaseUntil: now.addingTimeInterval(600), limit: 50)) ?? []
-            claims.add(claimed.map(\.keyId))
+            claims.append(contentsOf: claimed.map(\.keyId))
         }
-        XCTAssertEqual(claims.all.count, 20)
-        XCTAssertEqual(Set(claims.all).count, 20, "no key claimed twice")
+        XCTAssertEqual(claims.values.count, 20)
+        XCTAssertEqual(Set(claims.values).count, 20, "no key claimed twice")
     }
-}
-
-private final class Claims: @unchecked Sendable {
-    private let lock = NSLock()
-    private var keys: [[UInt8]] = []
-    func add(_ more: [[UInt8]]) { lock.lock(); keys += more; lock.unlock() }
-    var all: [[UInt8]] { lock.lock(); defer { lock.unlock() }; return keys }
 }

@@ -17,18 +17,9 @@ final class RedisClientSingleServerTests: XCTestCase {
         loop.stop()
     }
 
-    /// Runs `body` as a task on the loop and waits for it (bounded).
+    /// Runs `body` as a task on the loop and waits for it: a hang of the client fails the test (TestSupport).
     private func onLoop<T: Sendable>(_ body: @escaping @Sendable () async -> T) throws -> T {
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var result: T?
-        let loop: EventLoop = self.loop
-        Task(executorPreference: loop) {
-            result = await body()
-            done.signal()
-        }
-        // A task that does not finish is a hang of the client: a failure, never a skip.
-        guard done.wait(timeout: .now() + 10) == .success, let result else { throw TestSupportError("the loop task did not finish within 10 s") }
-        return result
+        try loop.waitForTask(timeout: 10, body)
     }
 
     private func client(_ server: RedisTestServer, password: String? = nil, database: Int = 0, timeoutMs: Int = 500,

@@ -1,5 +1,6 @@
 import EventLoop
 import Foundation
+import TestSupport
 @testable import Upstream
 import XCTest
 

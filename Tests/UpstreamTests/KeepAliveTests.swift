@@ -1,6 +1,7 @@
 import Dispatch
 import EventLoop
 import Foundation
+import TestSupport
 @testable import Upstream
 import XCTest
 

@@ -1,4 +1,3 @@
-import Dispatch
 import EventLoop
 import Upstream
 
@@ -30,21 +29,6 @@ struct Exchanged: @unchecked Sendable {
         } catch {
             result.error = error
         }
-        return result
-    }
-}
-
-extension EventLoop {
-    /// Runs `body` as a task on this loop and waits for it (at most 20 s): a test's way onto the loop.
-    func waitForTask<T>(_ body: @escaping () async -> T) throws -> T {
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var result: T?
-        nonisolated(unsafe) let body = body
-        Task(executorPreference: self) {
-            result = await body()
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 20) == .success, let result else { throw ScriptError("the loop task did not finish") }
         return result
     }
 }
