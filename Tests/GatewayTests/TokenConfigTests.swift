@@ -9,19 +9,24 @@ import XCTest
 
 /// `app_attest.token` and the routes' `accept` / `token_use`: values, defaults, refusals, and the docs.
 final class TokenConfigTests: XCTestCase {
-    nonisolated(unsafe) static var directory: String!
+    /// A folder with two P-256 keys (key.pem, old.pem) and an RSA one (rsa.pem), made by the openssl CLI.
+    static let shared = SharedFixture<String>()
+    static var directory: String { shared.value }
 
     override class func setUp() {
         super.setUp()
-        directory = TestPaths.temporaryDirectory("token-config")
-        for name in ["key", "old"] {
-            let openssl = try! ChildProcess(executable: "/usr/bin/env", arguments: ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt",
-                                                                                   "ec_paramgen_curve:P-256", "-out", "\(directory!)/\(name).pem"])
-            precondition(openssl.waitForExit(timeout: 10) == 0, "openssl genpkey failed")
+        shared.make {
+            let directory = TestPaths.temporaryDirectory("token-config")
+            let keys = ["key", "old"].map { ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "\(directory)/\($0).pem"] }
+            for arguments in keys + [["genpkey", "-algorithm", "RSA", "-out", "\(directory)/rsa.pem"]] {
+                let made = try Command.run("openssl", arguments, timeout: 30)
+                guard made.status == 0 else { throw TestSupportError("openssl \(arguments.joined(separator: " ")) failed: \(made.output)") }
+            }
+            return directory
         }
-        let rsa = try! ChildProcess(executable: "/usr/bin/env", arguments: ["openssl", "genpkey", "-algorithm", "RSA", "-out", "\(directory!)/rsa.pem"])
-        precondition(rsa.waitForExit(timeout: 30) == 0, "openssl genpkey failed")
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     private func yaml(token: String?, routes: String = #"- { path_prefix: "/", upstream: api, policy: assert, accept: [assertion, token] }"#) -> String {
         """
