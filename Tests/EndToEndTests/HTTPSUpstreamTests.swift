@@ -117,6 +117,18 @@ final class HTTPSUpstreamTests: XCTestCase {
         try assertTLSRefusal("/mtls-without-cert/page", detailContains: "certificate required")
     }
 
+    /// A loop's curl handles serve every https upstream in turn: one upstream's CA or client certificate never
+    /// lingers into the next one's exchange (trusted after untrusted, the system's CAs after a private one).
+    func testUpstreamsWithDifferentTLSSettingsTakeTurnsWithoutSharingThem() throws {
+        for _ in 0..<3 {
+            for (path, status) in [("/trusted/", 200), ("/system-cas/", 502), ("/mtls/", 200), ("/mtls-without-cert/", 502),
+                                   ("/named/", 200), ("/untrusted/", 502)] {
+                let reply = try get(path + "turns")
+                XCTAssertEqual(reply.status, status, "\(path): \(reply.text)")
+            }
+        }
+    }
+
     func testTLSFailuresAreCountedUnderTheirReason() throws {
         _ = try get("/untrusted/counted")
         let client = UpstreamClient(target: try UpstreamTarget(baseURL: gateway.adminURL, connectTimeoutMs: 1000, timeoutMs: 3000))
