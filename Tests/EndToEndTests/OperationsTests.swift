@@ -112,15 +112,18 @@ final class OperationsTests: XCTestCase {
     }
 
     func testMetricsCountOpenConnectionsAndRequestsInFlight() throws {
-        let env = try GatewayEnvironment()
+        // The slow request stays in flight for seconds, so the scrape that sees it need not race it.
+        let env = try GatewayEnvironment(routes: """
+              - { path: "/slow", upstream: api, policy: pass, first_byte_timeout_ms: 20000, timeout_ms: 0 }
+              - { path_prefix: "/", upstream: echo, policy: pass }
+        """)
         defer { env.stop() }
         let idle = try RawHTTPClient(port: env.gateway.port)
         try idle.send("GET /public/x HTTP/1.1\r\nHost: t\r\n\r\n")
         XCTAssertEqual(try idle.readResponse().status, 200)  // kept alive, now idle
-        let slow = try RawHTTPClient(port: env.gateway.port)
-        try slow.send("GET /slow?ms=1000 HTTP/1.1\r\nHost: t\r\n\r\n")
-        Thread.sleep(forTimeInterval: 0.5)
-        let text = try env.admin("/metrics").text
+        let slow = try RawHTTPClient(port: env.gateway.port, timeoutSeconds: 10)
+        try slow.send("GET /slow?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        let text = try env.metrics(showing: ["gateway_open_connections 2\n", "gateway_in_flight_requests 1\n"])
         XCTAssertTrue(text.contains("gateway_open_connections 2\n"), text)
         XCTAssertTrue(text.contains("gateway_in_flight_requests 1\n"), text)
         XCTAssertEqual(try slow.readResponse().status, 200)
