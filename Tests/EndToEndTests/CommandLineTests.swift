@@ -144,4 +144,29 @@ extension CommandLineTests {
         XCTAssertTrue(mismatchOutput.contains("redis.tls: ") && mismatchOutput.contains("does not match"), mismatchOutput)
         XCTAssertFalse(mismatchOutput.contains("PRIVATE KEY"), "the key's content is never printed")
     }
+
+    /// An upstream's tls files are checked the same way, and tls is refused on an http:// upstream.
+    func testCheckConfigLoadsTheUpstreamTLSFiles() throws {
+        let directory = TestPaths.temporaryDirectory("upstream-tls-check")
+        _ = try TestCertificates(directory: directory)
+        let config = { (url: String, key: String) in
+            """
+            app_attest: { apps: ["ABCDE12345.com.example.app"] }
+            upstreams: { api: { url: "\(url)", tls: { ca_file: ca.crt, cert_file: client.crt, key_file: \(key), server_name: api.internal } } }
+            routes: [{ path_prefix: "/", upstream: api, policy: pass }]
+            """
+        }
+        try config("https://10.0.0.7:8443", "client.key").write(toFile: directory + "/good.yaml", atomically: true, encoding: .utf8)
+        try config("https://10.0.0.7:8443", "server.key").write(toFile: directory + "/mismatch.yaml", atomically: true, encoding: .utf8)
+        try config("http://10.0.0.7:8080", "client.key").write(toFile: directory + "/plain.yaml", atomically: true, encoding: .utf8)
+        let (status, output) = try gateway(["check-config", directory + "/good.yaml"])
+        XCTAssertEqual(status, 0, output)
+        let (mismatchStatus, mismatchOutput) = try gateway(["check-config", directory + "/mismatch.yaml"])
+        XCTAssertEqual(mismatchStatus, 1, mismatchOutput)
+        XCTAssertTrue(mismatchOutput.contains("upstreams.api.tls: ") && mismatchOutput.contains("does not match"), mismatchOutput)
+        XCTAssertFalse(mismatchOutput.contains("PRIVATE KEY"), "the key's content is never printed")
+        let (plainStatus, plainOutput) = try gateway(["check-config", directory + "/plain.yaml"])
+        XCTAssertEqual(plainStatus, 1, plainOutput)
+        XCTAssertTrue(plainOutput.contains("upstreams.api.tls: tls applies to https:// upstreams only"), plainOutput)
+    }
 }
