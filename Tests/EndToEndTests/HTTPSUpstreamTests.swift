@@ -40,6 +40,7 @@ final class HTTPSUpstreamTests: XCTestCase {
             $0.server.stop()
             $0.mutualServer.stop()
             $0.redis.stop()
+            try? FileManager.default.removeItem(atPath: $0.certificates.directory)
         }
         super.tearDown()
     }
