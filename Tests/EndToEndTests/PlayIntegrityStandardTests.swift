@@ -9,32 +9,41 @@ import XCTest
 /// decodeIntegrityToken (the fake, which verifies the service account's assertion and checks the bearer),
 /// and the verdict is judged by the same rules, bound by `requestHash`; Google down → 503, then recovery.
 final class PlayIntegrityStandardTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    nonisolated(unsafe) static var google: FakeGooglePlayServer!
-    nonisolated(unsafe) static var maker: PlayIntegrityTokenMaker!
-    var env: GatewayEnvironment { Self.environment }
-    var google: FakeGooglePlayServer { Self.google }
+    static let shared = SharedFixture<(environment: GatewayEnvironment, google: FakeGooglePlayServer, maker: PlayIntegrityTokenMaker)>()
+    var env: GatewayEnvironment { Self.shared.value.environment }
+    var google: FakeGooglePlayServer { Self.shared.value.google }
+    var maker: PlayIntegrityTokenMaker { Self.shared.value.maker }
 
     static let package = PlayIntegrityTests.package
 
     override class func setUp() {
         super.setUp()
-        google = try! FakeGooglePlayServer(packageNames: [package])
-        maker = try! PlayIntegrityTokenMaker()
-        let keys = try! maker.writeKeys(to: TestPaths.temporaryDirectory("play-standard"))
-        let extra = PlayIntegrityTests.section(keys: keys, extra: """
-          service_account_file: "\(try! google.serviceAccountFile())"
-          api_url: "\(google.baseURL)"
-        """)
-        environment = try! GatewayEnvironment(routes: PlayIntegrityTests.routes, appAttestExtra: TokenKeys().section(), extra: extra)
+        shared.make {
+            let google = try FakeGooglePlayServer(packageNames: [package])
+            let maker = try PlayIntegrityTokenMaker()
+            let keys = try maker.writeKeys(to: TestPaths.temporaryDirectory("play-standard"))
+            let extra = PlayIntegrityTests.section(keys: keys, extra: """
+              service_account_file: "\(try google.serviceAccountFile())"
+              api_url: "\(google.baseURL)"
+            """)
+            do {
+                return (try GatewayEnvironment(routes: PlayIntegrityTests.routes, appAttestExtra: TokenKeys().section(), extra: extra), google, maker)
+            } catch {
+                google.stop()
+                throw error
+            }
+        }
     }
 
     override class func tearDown() {
-        environment.stop()
-        google.stop()
-        environment = nil
+        shared.tearDown {
+            $0.environment.stop()
+            $0.google.stop()
+        }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     func challenge() throws -> String {
         let reply = try env.request("GET", "/play-integrity/challenge")
@@ -153,7 +162,7 @@ final class PlayIntegrityStandardTests: XCTestCase {
         let decodes = google.requests(to: .decode).count
         let challenge = try challenge()
         let verdict = PlayIntegrityVerdict(packageName: Self.package, nonce: challenge, certificateDigests: [PlayIntegrityTests.certificate])
-        XCTAssertEqual(try exchange(Self.maker.classicToken(verdict), challenge: challenge).status, 200)
+        XCTAssertEqual(try exchange(maker.classicToken(verdict), challenge: challenge).status, 200)
         XCTAssertEqual(google.requests(to: .decode).count, decodes, "no call to Google")
     }
 

@@ -9,11 +9,10 @@ import XCTest
 /// maker, as Google would) exchanged for a gateway token that then passes protected routes; every refusal
 /// with its code; a challenge spent once; routes restricted by `token_methods`.
 final class PlayIntegrityTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    nonisolated(unsafe) static var tokenKeys: TokenKeys!
-    nonisolated(unsafe) static var maker: PlayIntegrityTokenMaker!
-    var env: GatewayEnvironment { Self.environment }
-    var maker: PlayIntegrityTokenMaker { Self.maker }
+    static let shared = SharedFixture<(environment: GatewayEnvironment, tokenKeys: TokenKeys, maker: PlayIntegrityTokenMaker)>()
+    var env: GatewayEnvironment { Self.shared.value.environment }
+    var tokenKeys: TokenKeys { Self.shared.value.tokenKeys }
+    var maker: PlayIntegrityTokenMaker { Self.shared.value.maker }
 
     static let package = "com.example.android"
     static let certificate = Base64.encodeURLSafe(SHA256.hash(Array("release signing certificate".utf8)))
@@ -41,21 +40,25 @@ final class PlayIntegrityTests: XCTestCase {
 
     override class func setUp() {
         super.setUp()
-        tokenKeys = try! TokenKeys()
-        maker = try! PlayIntegrityTokenMaker()
-        let directory = TestPaths.temporaryDirectory("play-integrity")
-        let keys = try! maker.writeKeys(to: directory)
-        try! (String(decoding: secret, as: UTF8.self) + "\n").write(toFile: directory + "/challenge-secret", atomically: true, encoding: .utf8)
-        environment = try! GatewayEnvironment(routes: routes,
-                                              appAttestExtra: tokenKeys.section() + "\n  challenge_secret_file: \"\(directory)/challenge-secret\"",
-                                              extra: section(keys: keys))
+        shared.make {
+            let tokenKeys = try TokenKeys()
+            let maker = try PlayIntegrityTokenMaker()
+            let directory = TestPaths.temporaryDirectory("play-integrity")
+            let keys = try maker.writeKeys(to: directory)
+            try (String(decoding: secret, as: UTF8.self) + "\n").write(toFile: directory + "/challenge-secret", atomically: true, encoding: .utf8)
+            let environment = try GatewayEnvironment(routes: routes,
+                                                     appAttestExtra: tokenKeys.section() + "\n  challenge_secret_file: \"\(directory)/challenge-secret\"",
+                                                     extra: section(keys: keys))
+            return (environment, tokenKeys, maker)
+        }
     }
 
     override class func tearDown() {
-        environment.stop()
-        environment = nil
+        shared.tearDown { $0.environment.stop() }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     func challenge() throws -> String {
         let reply = try env.request("GET", "/play-integrity/challenge")
@@ -229,9 +232,9 @@ final class PlayIntegrityTests: XCTestCase {
         let now = Int(Date().timeIntervalSince1970)
         let base: [String: Any] = ["sub": Base64.encode(SHA256.hash([7])), "app": Self.package, "amr": ["play_integrity"],
                                    "device_integrity": ["MEETS_DEVICE_INTEGRITY"], "iat": now, "exp": now + 60, "jti": "claims-test"]
-        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": Self.tokenKeys.currentKid]
+        let header: [String: Any] = ["alg": "ES256", "typ": "JWT", "kid": tokenKeys.currentKid]
         func use(_ claims: [String: Any]) throws -> Reply {
-            try env.request("GET", "/tok/x", headers: [HTTPField("X-App-Attest-Token", try Self.tokenKeys.sign(header: header, claims: claims, with: Self.tokenKeys.current))])
+            try env.request("GET", "/tok/x", headers: [HTTPField("X-App-Attest-Token", try tokenKeys.sign(header: header, claims: claims, with: tokenKeys.current))])
         }
         XCTAssertEqual(try use(base).status, 200, "the claims as minted")
         var other = base
