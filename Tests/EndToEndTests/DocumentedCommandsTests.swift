@@ -6,21 +6,31 @@ import XCTest
 /// blocks (`gateway …` against a real Redis and a fake Apple, `curl …` against a started gateway, `make …`
 /// targets, dry-run), and every command `gateway help` lists answers `--help` with its usage.
 final class DocumentedCommandsTests: XCTestCase {
-    nonisolated(unsafe) static var environment: GatewayEnvironment!
-    nonisolated(unsafe) static var apple: FakeAppleServer!
-    var env: GatewayEnvironment { Self.environment }
+    static let shared = SharedFixture<(environment: GatewayEnvironment, apple: FakeAppleServer)>()
+    var env: GatewayEnvironment { Self.shared.value.environment }
 
     override class func setUp() {
         super.setUp()
-        apple = try! AppleTestKey.fakeApple()
-        environment = try! GatewayEnvironment(apple: try! GatewayEnvironment.appleSection(apple))
+        shared.make {
+            let apple = try AppleTestKey.fakeApple()
+            do {
+                return (try GatewayEnvironment(apple: try GatewayEnvironment.appleSection(apple)), apple)
+            } catch {
+                apple.stop()
+                throw error
+            }
+        }
     }
 
     override class func tearDown() {
-        environment.stop()
-        apple.stop()
+        shared.tearDown {
+            $0.environment.stop()
+            $0.apple.stop()
+        }
         super.tearDown()
     }
+
+    override func setUpWithError() throws { try Self.shared.check() }
 
     /// One shell line of a fenced `sh` block, with where it stands.
     struct DocumentedLine {
