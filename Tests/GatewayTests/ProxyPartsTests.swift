@@ -121,11 +121,13 @@ final class ProxyPartsTests: XCTestCase {
     }
 
     func testRequestIdsAreKeptOnlyWhenSafe() {
-        XCTAssertEqual(RequestID.accept(["abc-123_X.y"]), "abc-123_X.y")
+        func offered(_ ids: [String]) -> [HTTPField] { [HTTPField("Host", "a")] + ids.map { HTTPField("x-request-ID", $0) } }
+        XCTAssertEqual(RequestID.accept(offered(["abc-123_X.y"])), "abc-123_X.y")
         for bad in [["has space"], ["a\"b"], [String(repeating: "a", count: 129)], ["one", "two"], [""]] {
-            let id = RequestID.accept(bad)
+            let id = RequestID.accept(offered(bad))
             XCTAssertNotEqual(id, bad.first)
             XCTAssertEqual(id.count, 24)
+            XCTAssertTrue(id.utf8.allSatisfy { Array("0123456789abcdef".utf8).contains($0) }, id)
         }
         XCTAssertNotEqual(RequestID.accept([]), RequestID.accept([]))
     }

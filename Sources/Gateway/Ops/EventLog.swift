@@ -66,13 +66,26 @@ public final class EventLog: Sendable {
 
     /// A request line (always written, whatever the level: it is the audit trail): time, level and event,
     /// then what `fields` adds, built in one buffer.
+    /// A buffered log builds the line in its pending buffer, under its lock (formatting only: no I/O).
     func request(level: Level, _ fields: (inout JSONLine) -> Void) {
-        var line = JSONLine()
-        line.string("time", utf8: EventLog.timestampBytes())
-        line.string("level", level.rawValue)
-        line.string("event", "request")
-        fields(&line)
-        write(bytes: line.close())
+        func fill(_ line: inout JSONLine) {
+            line.timestamp("time")
+            line.string("level", level.rawValue)
+            line.string("event", "request")
+            fields(&line)
+        }
+        guard buffered else {
+            var line = JSONLine()
+            fill(&line)
+            return write(bytes: line.close())
+        }
+        let size = pending.withLock { lines in
+            var line = JSONLine(continuing: &lines)
+            fill(&line)
+            line.close(into: &lines)
+            return lines.count
+        }
+        if size > EventLog.maxPendingBytes { flush() }
     }
 
     private func write(_ object: [String: Any]) {
@@ -114,20 +127,34 @@ public final class EventLog: Sendable {
     }
 
     static func timestampBytes() -> [UInt8] {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: Int(now.tv_nsec / 1_000_000))
+        var text: [UInt8] = []
+        appendTimestamp(to: &text)
+        return text
     }
 
     static func timestampBytes(secondsSinceEpoch: Int, milliseconds: Int) -> [UInt8] {
+        var text: [UInt8] = []
+        appendTimestamp(secondsSinceEpoch: secondsSinceEpoch, milliseconds: milliseconds, to: &text)
+        return text
+    }
+
+    /// The time now, appended (a request line's: no array of its own).
+    static func appendTimestamp(to text: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        appendTimestamp(secondsSinceEpoch: now.tv_sec, milliseconds: Int(now.tv_nsec / 1_000_000), to: &text)
+    }
+
+    static func appendTimestamp(secondsSinceEpoch: Int, milliseconds: Int, to text: inout [UInt8]) {
         var parts = tm()
         var seconds = secondsSinceEpoch
         gmtime_r(&seconds, &parts)
         // Written into place in a template ("0000-00-00T00:00:00.000Z"): appending byte by byte cost twice as much.
-        var text = Self.timestampTemplate
+        let start = text.count
+        text.append(contentsOf: Self.timestampTemplate)
         func digits(_ value: Int, width: Int, at end: Int) {
             var value = value
-            for index in stride(from: end - 1, through: end - width, by: -1) {
+            for index in stride(from: start + end - 1, through: start + end - width, by: -1) {
                 text[index] = UInt8(ascii: "0") + UInt8(value % 10)
                 value /= 10
             }
@@ -139,7 +166,6 @@ public final class EventLog: Sendable {
         digits(Int(parts.tm_min), width: 2, at: 16)
         digits(Int(parts.tm_sec), width: 2, at: 19)
         digits(milliseconds, width: 3, at: 23)
-        return text
     }
 
     private static let timestampTemplate = Array("0000-00-00T00:00:00.000Z".utf8)
