@@ -65,13 +65,19 @@ enum ForwardingRules {
         return values
     }
 
-    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed.
+    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed. Sliced
+    /// where they lie (a `split` made an array per header: most of what judging a response's headers cost).
     private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (Substring.UTF8View) -> Void) {
         for header in headers where header.hasName(name) {
-            for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
+            let list = header.value.utf8
+            var start = list.startIndex
+            while start < list.endIndex {
+                let end = list[start...].firstIndex(of: UInt8(ascii: ",")) ?? list.endIndex
+                var item = list[start..<end]
                 while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
                 while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
                 if !item.isEmpty { body(item) }
+                start = end < list.endIndex ? list.index(after: end) : end
             }
         }
     }
@@ -83,6 +89,7 @@ enum ForwardingRules {
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
         forEachItem("connection", in: headers) { item in
+            if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
             // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
             let lowered = item.allSatisfy({ $0 < 0x80 })
                 ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
@@ -93,6 +100,11 @@ enum ForwardingRules {
     }
 
     private static let keepAlive = Array("keep-alive".utf8)
+
+    private static func isKeepAlive(_ item: Substring.UTF8View) -> Bool {
+        item.count == keepAlive.count
+            && zip(item, keepAlive).allSatisfy { ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0) == $1 }
+    }
 }
 
 /// Lower-case header names, grouped by length for `FoldedName` to be compared with.
