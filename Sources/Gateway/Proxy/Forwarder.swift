@@ -105,8 +105,7 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
     private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
-        var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders)
-        headers.reserveCapacity(headers.count + 10)
+        var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders, room: 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.hasName("Host") }) {
             headers.append(HTTPField("Host", host.value))
         }

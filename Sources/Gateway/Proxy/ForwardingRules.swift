@@ -27,10 +27,11 @@ enum ForwardingRules {
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
     /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
     /// `X-Attest-Status` would: nowhere. (Copied once and thinned in place: a filter grows its result
-    /// by doubling.)
-    static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false) -> [HTTPField] {
+    /// by doubling.) `room`: how many headers the caller adds, reserved in that one copy.
+    static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false, room: Int = 0) -> [HTTPField] {
         let named = connectionNamed(headers)
         var kept = headers
+        kept.reserveCapacity(headers.count + room)
         kept.removeAll { header in
             if !forwardUnderscores && header.name.utf8.contains(UInt8(ascii: "_")) { return true }
             return FoldedName.judge(header.name, underscoreAsDash: true) { name in
