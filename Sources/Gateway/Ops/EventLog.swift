@@ -16,7 +16,13 @@ public final class EventLog: Sendable {
     private let minimum: Atomic<Int>
     private let descriptor: Int32
     private let buffered: Bool
-    private let pending = Locked<[UInt8]>([])
+    private let pending = Locked(Pending())
+
+    /// Lines not yet written, and the clock their timestamps come from (both under one lock).
+    private struct Pending {
+        var lines: [UInt8] = []
+        var clock = LogClock()
+    }
     /// Held while a batch is written, so batches leave in the order their lines were logged; holds the
     /// buffer `pending` swaps with, so both keep their capacity (taking a copy of `pending` and emptying
     /// it allocated a buffer of its largest size every 5 ms: an mmap and munmap each time after a burst).
@@ -40,7 +46,7 @@ public final class EventLog: Sendable {
     /// Writes what is pending now (at shutdown, and before a buffered log's process exits).
     public func flush() {
         writing.withLock { batch in
-            pending.withLock { swap(&$0, &batch) }
+            pending.withLock { swap(&$0.lines, &batch) }
             writeAll(batch)
             batch.removeAll(keepingCapacity: true)
         }
@@ -68,22 +74,22 @@ public final class EventLog: Sendable {
     /// then what `fields` adds, built in one buffer.
     /// A buffered log builds the line in its pending buffer, under its lock (formatting only: no I/O).
     func request(level: Level, _ fields: (inout JSONLine) -> Void) {
-        func fill(_ line: inout JSONLine) {
-            line.timestamp("time")
+        func fill(_ line: inout JSONLine, _ clock: inout LogClock) {
+            line.timestamp("time", clock: &clock)
             line.string("level", level.rawValue)
             line.string("event", "request")
             fields(&line)
         }
         guard buffered else {
-            var line = JSONLine()
-            fill(&line)
+            var (line, clock) = (JSONLine(), LogClock())
+            fill(&line, &clock)
             return write(bytes: line.close())
         }
-        let size = pending.withLock { lines in
-            var line = JSONLine(continuing: &lines)
-            fill(&line)
-            line.close(into: &lines)
-            return lines.count
+        let size = pending.withLock { state in
+            var line = JSONLine(continuing: &state.lines)
+            fill(&line, &state.clock)
+            line.close(into: &state.lines)
+            return state.lines.count
         }
         if size > EventLog.maxPendingBytes { flush() }
     }
@@ -97,9 +103,9 @@ public final class EventLog: Sendable {
             writing.withLock { _ in writeAll(Array(line)) }
             return
         }
-        let size = pending.withLock { lines in
-            lines.append(contentsOf: line)
-            return lines.count
+        let size = pending.withLock { state in
+            state.lines.append(contentsOf: line)
+            return state.lines.count
         }
         if size > EventLog.maxPendingBytes { flush() }
     }
@@ -127,34 +133,20 @@ public final class EventLog: Sendable {
     }
 
     static func timestampBytes() -> [UInt8] {
-        var text: [UInt8] = []
-        appendTimestamp(to: &text)
+        var (text, clock) = ([UInt8](), LogClock())
+        clock.append(to: &text)
         return text
     }
 
     static func timestampBytes(secondsSinceEpoch: Int, milliseconds: Int) -> [UInt8] {
-        var text: [UInt8] = []
-        appendTimestamp(secondsSinceEpoch: secondsSinceEpoch, milliseconds: milliseconds, to: &text)
-        return text
-    }
-
-    /// The time now, appended (a request line's: no array of its own).
-    static func appendTimestamp(to text: inout [UInt8]) {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        appendTimestamp(secondsSinceEpoch: now.tv_sec, milliseconds: Int(now.tv_nsec / 1_000_000), to: &text)
-    }
-
-    static func appendTimestamp(secondsSinceEpoch: Int, milliseconds: Int, to text: inout [UInt8]) {
         var parts = tm()
         var seconds = secondsSinceEpoch
         gmtime_r(&seconds, &parts)
         // Written into place in a template ("0000-00-00T00:00:00.000Z"): appending byte by byte cost twice as much.
-        let start = text.count
-        text.append(contentsOf: Self.timestampTemplate)
+        var text = Self.timestampTemplate
         func digits(_ value: Int, width: Int, at end: Int) {
             var value = value
-            for index in stride(from: start + end - 1, through: start + end - width, by: -1) {
+            for index in stride(from: end - 1, through: end - width, by: -1) {
                 text[index] = UInt8(ascii: "0") + UInt8(value % 10)
                 value /= 10
             }
@@ -166,7 +158,31 @@ public final class EventLog: Sendable {
         digits(Int(parts.tm_min), width: 2, at: 16)
         digits(Int(parts.tm_sec), width: 2, at: 19)
         digits(milliseconds, width: 3, at: 23)
+        return text
     }
 
     private static let timestampTemplate = Array("0000-00-00T00:00:00.000Z".utf8)
+}
+
+/// The time now as RFC 3339 UTC with milliseconds, the date and time of day formatted once a second (gmtime_r
+/// and twenty digits per request line were a thousand instructions of a relayed request).
+struct LogClock {
+    private var second = Int.min
+    /// "YYYY-MM-DDTHH:MM:SS." of `second`.
+    private var prefix: [UInt8] = []
+
+    mutating func append(to text: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        if now.tv_sec != second {
+            second = now.tv_sec
+            prefix = Array(EventLog.timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: 0).dropLast(4))
+        }
+        text += prefix
+        let milliseconds = Int(now.tv_nsec / 1_000_000)
+        text.append(UInt8(ascii: "0") + UInt8(milliseconds / 100))
+        text.append(UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10))
+        text.append(UInt8(ascii: "0") + UInt8(milliseconds % 10))
+        text.append(UInt8(ascii: "Z"))
+    }
 }

@@ -20,10 +20,10 @@ struct JSONLine {
     }
 
     /// The time now, RFC 3339 UTC with milliseconds, as a string value.
-    mutating func timestamp(_ key: StaticString) {
+    mutating func timestamp(_ key: StaticString, clock: inout LogClock) {
         self.key(key)
         bytes.append(UInt8(ascii: "\""))
-        EventLog.appendTimestamp(to: &bytes)
+        clock.append(to: &bytes)
         bytes.append(UInt8(ascii: "\""))
     }
 
