@@ -66,19 +66,23 @@ enum ForwardingRules {
         return values
     }
 
-    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed. Sliced
-    /// where they lie (a `split` made an array per header: most of what judging a response's headers cost).
-    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (Substring.UTF8View) -> Void) {
+    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed. Read
+    /// from the value's contiguous bytes (a `split` made an array per header, and the string view's index
+    /// steps cost more than the scan: together most of what judging a response's headers cost).
+    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
         for header in headers where header.hasName(name) {
-            let list = header.value.utf8
-            var start = list.startIndex
-            while start < list.endIndex {
-                let end = list[start...].firstIndex(of: UInt8(ascii: ",")) ?? list.endIndex
-                var item = list[start..<end]
-                while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
-                while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
-                if !item.isEmpty { body(item) }
-                start = end < list.endIndex ? list.index(after: end) : end
+            var value = header.value
+            value.withUTF8 { list in
+                var start = 0
+                while start < list.count {
+                    var end = start
+                    while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
+                    var (first, last) = (start, end)
+                    while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
+                    while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
+                    if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
+                    start = end + 1
+                }
             }
         }
     }
@@ -102,7 +106,7 @@ enum ForwardingRules {
 
     private static let keepAlive = Array("keep-alive".utf8)
 
-    private static func isKeepAlive(_ item: Substring.UTF8View) -> Bool {
+    private static func isKeepAlive(_ item: UnsafeBufferPointer<UInt8>) -> Bool {
         item.count == keepAlive.count
             && zip(item, keepAlive).allSatisfy { ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0) == $1 }
     }
