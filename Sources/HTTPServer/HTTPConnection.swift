@@ -771,8 +771,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
+    /// By the name's length first: four compares per header of every response otherwise.
     private static func isFraming(_ field: HTTPField) -> Bool {
-        field.hasName("Content-Length") || field.hasName("Transfer-Encoding") || field.hasName("Connection") || field.hasName("Keep-Alive")
+        switch field.name.utf8.count {
+        case 10: field.hasName("Connection") || field.hasName("Keep-Alive")
+        case 14: field.hasName("Content-Length")
+        case 17: field.hasName("Transfer-Encoding")
+        default: false
+        }
     }
 
     static func reasonPhrase(_ status: Int) -> String {

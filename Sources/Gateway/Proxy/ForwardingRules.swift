@@ -33,7 +33,7 @@ enum ForwardingRules {
         var kept = headers
         kept.reserveCapacity(headers.count + room)
         kept.removeAll { header in
-            if !forwardUnderscores && header.name.utf8.contains(UInt8(ascii: "_")) { return true }
+            if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
             return FoldedName.judge(header.name, underscoreAsDash: true) { name in
                 requestDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered))
                     || requestDroppedPrefixes.contains(where: name.starts)
