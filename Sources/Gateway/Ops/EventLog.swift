@@ -125,17 +125,13 @@ public final class EventLog: Sendable {
     /// RFC 3339 UTC with milliseconds, written digit by digit: String(format:) (CFString formatting with
     /// boxed varargs) cost 4 % of a pass-through request.
     static func timestamp() -> String {
-        String(decoding: timestampBytes(), as: UTF8.self)
+        var (text, clock) = ([UInt8](), LogClock())
+        clock.append(to: &text)
+        return String(decoding: text, as: UTF8.self)
     }
 
     static func timestamp(secondsSinceEpoch: Int, milliseconds: Int) -> String {
         String(decoding: timestampBytes(secondsSinceEpoch: secondsSinceEpoch, milliseconds: milliseconds), as: UTF8.self)
-    }
-
-    static func timestampBytes() -> [UInt8] {
-        var (text, clock) = ([UInt8](), LogClock())
-        clock.append(to: &text)
-        return text
     }
 
     static func timestampBytes(secondsSinceEpoch: Int, milliseconds: Int) -> [UInt8] {

@@ -32,12 +32,6 @@ struct JSONLine {
         quoted(value)
     }
 
-    /// A value given as UTF-8 bytes (escaped like a string's).
-    mutating func string(_ key: StaticString, utf8 value: [UInt8]) {
-        self.key(key)
-        quoted(utf8: value)
-    }
-
     mutating func int(_ key: StaticString, _ value: Int) {
         self.key(key)
         if value < 0 { bytes.append(UInt8(ascii: "-")) }
