@@ -2,10 +2,13 @@
 # Instructions per request, the deterministic cost figure (wall-clock benchmarks on this shared 2-core machine
 # are noisy): the release gateway runs under valgrind's callgrind with the bench's upstream (nginx
 # `return 200`) and config; after a warm-up, exactly COUNT pass-route requests (and, with PROFILE_ASSERT=1,
-# pre-signed assert-route requests) are measured. Prints instructions per request and leaves the callgrind
-# output in the work directory for callgrind_annotate. Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS
-# (16), PROFILE_ASSERT=1, PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_OUT (a new /tmp directory),
-# PROFILE_GATEWAY (the binary; .build/release/gateway).
+# pre-signed assert-route requests) are measured. The reference is measured in the same run the same way:
+# nginx `proxy_pass` to the same upstream (one process, `master_process off`; keep-alive upstream pool),
+# once with `access_log off` and once with a JSON access log of the fields the gateway's request line has.
+# Prints instructions per request and leaves the callgrind output in the work directory for
+# callgrind_annotate. Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS (16), PROFILE_ASSERT=1,
+# PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_NGINX=0 (skips nginx), PROFILE_OUT (a new /tmp
+# directory), PROFILE_GATEWAY (the binary; .build/release/gateway).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${PROFILE_COUNT:-20000}
@@ -19,19 +22,20 @@ chmod 755 "$work"
 gateway=${PROFILE_GATEWAY:-.build/release/gateway}
 [ -x "$gateway" ] || { echo "callgrind: build first (./scripts/release-build.sh)" >&2; exit 1; }
 
-gateway_pid="" grind_pid=""
+gateway_pid="" grind_pid="" nginx_grind_pid=""
 cleanup() {
     set +e
     [ -n "$gateway_pid" ] && kill "$gateway_pid" 2>/dev/null
     [ -n "$grind_pid" ] && kill "$grind_pid" 2>/dev/null
-    for pidfile in "$work"/nginx-*.pid "$work/redis.pid"; do [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; done
+    [ -n "$nginx_grind_pid" ] && kill "$nginx_grind_pid" 2>/dev/null
+    for pidfile in "$work"/nginx-*.pid "$work/redis.pid"; do [ -f "$pidfile" ] && kill "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; done
     wait 2>/dev/null
 }
 trap cleanup EXIT
 
-read -r redis_port upstream_port gateway_port admin_port < <(python3 -c '
+read -r redis_port upstream_port gateway_port admin_port nginx_port nginx_log_port < <(python3 -c '
 import socket
-sockets = [socket.socket() for _ in range(4)]
+sockets = [socket.socket() for _ in range(6)]
 for s in sockets: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in sockets])')
 gateway_url=http://127.0.0.1:$gateway_port
@@ -91,29 +95,59 @@ fixed() {  # N URL [VAR=VALUE…]
     env PROFILE_N="$n" "$@" wrk -t1 -c"$connections" -d600s --timeout 30s -s bench/callgrind.lua "$url" > "$work/logs/wrk.out" 2>&1
     grep -E "^callgrind.lua" "$work/logs/wrk.out" || { echo "callgrind: wrk did not finish:" >&2; cat "$work/logs/wrk.out" >&2; exit 1; }
 }
-measure() {  # NAME N URL [VAR=VALUE…]: instructions of N requests, one callgrind dump
-    local name=$1 n=$2
-    shift 2
-    callgrind_control -i on "$grind_pid" > /dev/null
+measure() {  # PID NAME N URL [VAR=VALUE…]: instructions of N requests to PID, one callgrind dump
+    local pid=$1 name=$2 n=$3
+    shift 3
+    callgrind_control -i on "$pid" > /dev/null
     fixed "$n" "$@"
     sleep 2  # the requests still in flight when wrk left (at most connections - 1)
-    callgrind_control -d "$name" "$grind_pid" > /dev/null
-    callgrind_control -i off "$grind_pid" > /dev/null
+    callgrind_control -d "$name" "$pid" > /dev/null
+    callgrind_control -i off "$pid" > /dev/null
     local file
-    file=$(ls -t "$work"/callgrind.out.* | head -1)
+    file=$(ls -t "$work"/callgrind.out.$pid* | head -1)
     mv "$file" "$work/$name.callgrind"
     local total
     total=$(awk '/^totals:/ { print $2 }' "$work/$name.callgrind")  # "summary:" wraps once instrumentation was toggled
     echo "callgrind: $name: $total instructions / $n requests = $((total / n)) per request ($work/$name.callgrind)"
+    per_request[$name]=$((total / n))
 }
+declare -A per_request
 
 fixed 2000 "$gateway_url/pass/items/1"  # warm-up: connections, curl handles, caches
-measure pass "$count" "$gateway_url/pass/items/1"
+measure "$grind_pid" pass "$count" "$gateway_url/pass/items/1"
 if [ "${PROFILE_ASSERT:-0}" = 1 ]; then
     # wrk calls request() once before the load to check what it returns: that first request is never sent.
     warm=$(($(grep -vc '^#' "$work/assert-warm.txt") - 1))
     measured=$(($(grep -vc '^#' "$work/assert-measured.txt") - 1))
     fixed "$warm" "$gateway_url" BENCH_REQUESTS="$work/assert-warm.txt" BENCH_WORKDIR="$work/tmp"
-    measure assert "$measured" "$gateway_url" BENCH_REQUESTS="$work/assert-measured.txt" BENCH_WORKDIR="$work/tmp"
+    measure "$grind_pid" assert "$measured" "$gateway_url" BENCH_REQUESTS="$work/assert-measured.txt" BENCH_WORKDIR="$work/tmp"
+fi
+if [ "${PROFILE_NGINX:-1}" = 1 ]; then
+    # The fields of the gateway's request line that nginx has: time, client ip, method, path, status, bytes,
+    # duration, upstream address, user agent, request id.
+    nginx_config proxy 1 "
+  log_format json escape=json '{\"time\":\"\$time_iso8601\",\"client_ip\":\"\$remote_addr\",\"method\":\"\$request_method\",'
+    '\"path\":\"\$uri\",\"status\":\$status,\"bytes_out\":\$body_bytes_sent,\"total_ms\":\$request_time,'
+    '\"upstream_addr\":\"\$upstream_addr\",\"user_agent\":\"\$http_user_agent\",\"request_id\":\"\$request_id\"}';
+  upstream fast { server 127.0.0.1:$upstream_port; keepalive 512; }
+  server { listen 127.0.0.1:$nginx_port; location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
+  server {
+    listen 127.0.0.1:$nginx_log_port; access_log $work/logs/nginx-access.json json;
+    location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection \"\"; }
+  }"
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/callgrind.out.%p" \
+        nginx -p "$work" -c "$work/nginx-proxy.conf" -e "$work/logs/nginx-proxy.log" -g "daemon off; master_process off;" \
+        > "$work/logs/nginx-proxy.out" 2>&1 &
+    nginx_grind_pid=$!
+    wait_for "http://127.0.0.1:$nginx_port/pass/"
+    wait_for "http://127.0.0.1:$nginx_log_port/pass/"
+    fixed 2000 "http://127.0.0.1:$nginx_port/pass/items/1"
+    measure "$nginx_grind_pid" nginx-log-off "$count" "http://127.0.0.1:$nginx_port/pass/items/1"
+    fixed 2000 "http://127.0.0.1:$nginx_log_port/pass/items/1"
+    measure "$nginx_grind_pid" nginx-log-json "$count" "http://127.0.0.1:$nginx_log_port/pass/items/1"
+fi
+if [ -n "${per_request[nginx-log-json]:-}" ]; then
+    awk -v pass="${per_request[pass]}" -v off="${per_request[nginx-log-off]}" -v json="${per_request[nginx-log-json]}" 'BEGIN {
+        printf "callgrind: gateway pass / nginx: %.2f x (access_log off), %.2f x (JSON access log)\n", pass / off, pass / json }'
 fi
 echo "callgrind: work directory $work"

@@ -1,7 +1,7 @@
 # Sourced by bench/run.sh and bench/callgrind.sh.
-# nginx_instance NAME WORKERS SERVERS: an nginx of its own under $work (prefix, pid nginx-NAME.pid, logs),
-# never the system one; WORKERS is nginx's worker_processes ("auto" or a number).
-nginx_instance() {
+# nginx_config NAME WORKERS SERVERS: the config of an nginx of its own under $work (prefix, pid nginx-NAME.pid,
+# logs), never the system one; WORKERS is nginx's worker_processes ("auto" or a number).
+nginx_config() {
     cat > "$work/nginx-$1.conf" <<EOF_CONF
 worker_processes $2;
 pid $work/nginx-$1.pid;
@@ -15,5 +15,10 @@ http {
   $3
 }
 EOF_CONF
+}
+
+# nginx_instance NAME WORKERS SERVERS: that nginx, started (it daemonizes).
+nginx_instance() {
+    nginx_config "$@"
     nginx -p "$work" -c "$work/nginx-$1.conf" -e "$work/logs/nginx-$1.log"
 }

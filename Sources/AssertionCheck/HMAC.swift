@@ -2,21 +2,22 @@
 /// algorithm from the provider on every call, which costs more than the MAC of a challenge. Holds key
 /// material: never printed.
 public struct HMACSHA256: Sendable, CustomStringConvertible, CustomReflectable {
-    private let innerPad: [UInt8]
-    private let outerPad: [UInt8]
+    /// The hash states after the padded keys' block: two of a MAC's four compressions done once per key.
+    private let inner: SHA256.Midstate
+    private let outer: SHA256.Midstate
 
     /// Keys longer than SHA-256's 64-byte block are hashed first, as RFC 2104 says.
     public init(key: [UInt8]) {
         var block = key.count > 64 ? SHA256.hash(key) : key
         block += [UInt8](repeating: 0, count: 64 - block.count)
-        innerPad = block.map { $0 ^ 0x36 }
-        outerPad = block.map { $0 ^ 0x5C }
+        inner = SHA256.Midstate(prefix: block.map { $0 ^ 0x36 })
+        outer = SHA256.Midstate(prefix: block.map { $0 ^ 0x5C })
     }
 
     public var description: String { "HMACSHA256(<redacted>)" }
     public var customMirror: Mirror { Mirror(self, children: []) }
 
     public func mac(_ message: [UInt8]) -> [UInt8] {
-        SHA256.hash(outerPad, SHA256.hash(innerPad, message))
+        outer.hash(inner.hash(message))
     }
 }

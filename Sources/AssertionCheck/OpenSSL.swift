@@ -22,6 +22,28 @@ public enum SHA256 {
         digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
         return digest
     }
+
+    /// The hash state after a fixed prefix, for messages that all start with it (HMAC's padded keys: one
+    /// compression less per use). A value: each `hash` continues from a copy.
+    public struct Midstate: @unchecked Sendable {
+        private let context: SHA256_CTX
+
+        public init(prefix: [UInt8]) {
+            var context = SHA256_CTX()
+            SHA256_Init(&context)
+            prefix.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+            self.context = context
+        }
+
+        /// SHA256(prefix || rest).
+        public func hash(_ rest: [UInt8]) -> [UInt8] {
+            var context = self.context
+            var digest = [UInt8](repeating: 0, count: 32)
+            rest.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+            digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
+            return digest
+        }
+    }
 }
 
 /// An ECDSA P-256 public key: the curve point as an owned EC_POINT on one shared curve group.

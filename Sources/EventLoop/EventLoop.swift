@@ -9,6 +9,9 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     private let lock = PthreadLock()
     /// Work handed in from any thread (guarded by `lock`), run on the loop's next wake-up.
     private var pending: [Work] = []
+    /// The batch being run (loop thread only): swapped with `pending`, so neither array is reallocated per
+    /// batch (a copy of `pending` emptied in place allocated a new buffer every time a job was resumed).
+    private var running: [Work] = []
     private var thread: Thread?
     private var threadID = pthread_t(bitPattern: 0)
     private let started = DispatchSemaphore(value: 0)
@@ -99,16 +102,16 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     private func runPending() {
         while true {
             lock.lock()
-            let batch = pending
-            pending.removeAll(keepingCapacity: true)
+            swap(&pending, &running)
             lock.unlock()
-            if batch.isEmpty { break }
-            for work in batch {
+            if running.isEmpty { break }
+            for work in running {
                 switch work {
                 case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
                 case .closure(let closure): closure()
                 }
             }
+            running.removeAll(keepingCapacity: true)
         }
         if stopping { core.stop() }
     }

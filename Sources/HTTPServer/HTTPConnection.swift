@@ -208,7 +208,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     private func beginRequest(headStart: Int, headEnd: Int) {
         parser.reset()
-        (target, fields, fieldName, fieldValue, inValue, messageComplete) = ([], [], [], [], false, false)
+        clearHeadBuffers()
+        (fields, inValue, messageComplete) = ([], false, false)
         fields.reserveCapacity(16)  // one allocation, not one per doubling
         let fed = inbound.withUnsafeBytes { parser.feed(UnsafeRawBufferPointer(rebasing: $0[headStart..<headEnd])) }
         if case .failed(let detail) = fed, !parser.isUpgrade {
@@ -524,9 +525,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         head.reserveCapacity(256 + headers.count * 48)
         head += Self.statusLine(status)
         for field in headers where !Self.isFraming(field) {
-            head += field.name.utf8
+            head.appendUTF8(field.name)
             head += Self.colonSpace
-            head += field.value.utf8
+            head.appendUTF8(field.value)
             head += Self.crlf
         }
         if let contentLength {
@@ -694,8 +695,17 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         // An idle connection keeps no buffer a large head or response left behind: 10,000 of them must stay small.
         if inbound.isEmpty && inbound.capacity > 4096 { inbound = [] }
         if outgoing.isEmpty && outgoing.capacity > 4096 { outgoing = [] }
-        (target, fields, fieldName, fieldValue) = ([], [], [], [])
+        fields = []
+        clearHeadBuffers()
         shared.isDraining ? close() : timer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
+    }
+
+    /// The target and field buffers emptied for the next head, their storage kept (three allocations a request
+    /// otherwise) unless a big head grew it.
+    private func clearHeadBuffers() {
+        if target.capacity > 4096 { target = [] } else { target.removeAll(keepingCapacity: true) }
+        if fieldName.capacity > 4096 { fieldName = [] } else { fieldName.removeAll(keepingCapacity: true) }
+        if fieldValue.capacity > 4096 { fieldValue = [] } else { fieldValue.removeAll(keepingCapacity: true) }
     }
 
     /// Closes the connection if it waits for a request; the drain leaves busy ones to finish.
@@ -761,8 +771,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
+    /// By the name's length first: four compares per header of every response otherwise.
     private static func isFraming(_ field: HTTPField) -> Bool {
-        field.hasName("Content-Length") || field.hasName("Transfer-Encoding") || field.hasName("Connection") || field.hasName("Keep-Alive")
+        switch field.name.utf8.count {
+        case 10: field.hasName("Connection") || field.hasName("Keep-Alive")
+        case 14: field.hasName("Content-Length")
+        case 17: field.hasName("Transfer-Encoding")
+        default: false
+        }
     }
 
     static func reasonPhrase(_ status: Int) -> String {

@@ -55,8 +55,8 @@ extension UpstreamRequest {
 
 extension Array where Element == UInt8 {
     /// A string's bytes in one copy: appending the UTF8View goes byte by byte (a few percent of a request).
-    @inline(__always)
-    mutating func appendUTF8(_ text: String) {
+    @inlinable @inline(__always)
+    public mutating func appendUTF8(_ text: String) {
         let copied: Void? = text.utf8.withContiguousStorageIfAvailable { append(contentsOf: $0) }
         if copied == nil { append(contentsOf: text.utf8) }
     }

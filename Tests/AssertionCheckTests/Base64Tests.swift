@@ -14,6 +14,7 @@ final class Base64Tests: XCTestCase {
                 XCTAssertEqual(Base64.decode(text), bytes, "\(length) bytes as \(text)")
             }
             XCTAssertEqual(Base64.encode(bytes), padded)
+            XCTAssertEqual(Base64.encodeURLSafe(bytes), String(urlSafe.prefix { $0 != "=" }))
         }
     }
 

@@ -67,6 +67,13 @@ final class KeyRecoveryTests: XCTestCase {
         for (key, message, expected) in cases {
             XCTAssertEqual(Bytes.hex(HMACSHA256(key: key).mac(Array(message.utf8))), expected)
         }
+        // One key's hash states are reused: each MAC starts from them afresh, whatever came before.
+        let (key, message, expected) = cases[1]
+        let hmac = HMACSHA256(key: key)
+        for _ in 0..<3 {
+            XCTAssertEqual(Bytes.hex(hmac.mac(Array(message.utf8))), expected)
+            _ = hmac.mac(Array("another message".utf8))
+        }
     }
 
     private func hex(_ text: String) -> [UInt8] {

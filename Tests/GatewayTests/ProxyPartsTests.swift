@@ -121,11 +121,13 @@ final class ProxyPartsTests: XCTestCase {
     }
 
     func testRequestIdsAreKeptOnlyWhenSafe() {
-        XCTAssertEqual(RequestID.accept(["abc-123_X.y"]), "abc-123_X.y")
+        func offered(_ ids: [String]) -> [HTTPField] { [HTTPField("Host", "a")] + ids.map { HTTPField("x-request-ID", $0) } }
+        XCTAssertEqual(RequestID.accept(offered(["abc-123_X.y"])), "abc-123_X.y")
         for bad in [["has space"], ["a\"b"], [String(repeating: "a", count: 129)], ["one", "two"], [""]] {
-            let id = RequestID.accept(bad)
+            let id = RequestID.accept(offered(bad))
             XCTAssertNotEqual(id, bad.first)
             XCTAssertEqual(id.count, 24)
+            XCTAssertTrue(id.utf8.allSatisfy { Array("0123456789abcdef".utf8).contains($0) }, id)
         }
         XCTAssertNotEqual(RequestID.accept([]), RequestID.accept([]))
     }
@@ -137,6 +139,20 @@ final class ProxyPartsTests: XCTestCase {
         let now = EventLog.timestamp()
         let parsed = ISO8601DateFormatter.withFractionalSeconds.date(from: now)
         XCTAssertLessThan(abs(parsed?.timeIntervalSinceNow ?? 99), 5, now)
+        // A request line's clock formats the second once and reuses it: each stamp still reads the time now,
+        // also across a second's boundary.
+        var clock = LogClock()
+        var previous = Date.distantPast
+        for _ in 0..<5 {
+            var stamp: [UInt8] = []
+            clock.append(to: &stamp)
+            let text = String(decoding: stamp, as: UTF8.self)
+            let date = try? XCTUnwrap(ISO8601DateFormatter.withFractionalSeconds.date(from: text), text)
+            XCTAssertLessThan(abs(date?.timeIntervalSinceNow ?? 99), 5, text)
+            XCTAssertGreaterThanOrEqual(date ?? .distantPast, previous, text)
+            previous = date ?? previous
+            usleep(400_000)
+        }
     }
 
     /// The server's buffered log: lines from several threads, bursts past the pending bound (written by the

@@ -3,20 +3,33 @@
 /// Keys are literals that need no escaping: copied as they are.
 struct JSONLine {
     private var bytes: [UInt8] = [UInt8(ascii: "{")]
+    /// Where this object's "{" is in `bytes` (after the lines of a buffer it continues).
+    private var start = 0
 
     init() {
         bytes.reserveCapacity(512)
     }
 
+    /// An object appended to `buffer`'s lines, built in its storage (no buffer of its own, no copy):
+    /// `buffer` is empty until `close(into:)` gives it back with the line.
+    init(continuing buffer: inout [UInt8]) {
+        bytes = []
+        swap(&bytes, &buffer)
+        start = bytes.count
+        bytes.append(UInt8(ascii: "{"))
+    }
+
+    /// The time now, RFC 3339 UTC with milliseconds, as a string value.
+    mutating func timestamp(_ key: StaticString, clock: inout LogClock) {
+        self.key(key)
+        bytes.append(UInt8(ascii: "\""))
+        clock.append(to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
     mutating func string(_ key: StaticString, _ value: String) {
         self.key(key)
         quoted(value)
-    }
-
-    /// A value given as UTF-8 bytes (escaped like a string's).
-    mutating func string(_ key: StaticString, utf8 value: [UInt8]) {
-        self.key(key)
-        quoted(utf8: value)
     }
 
     mutating func int(_ key: StaticString, _ value: Int) {
@@ -68,8 +81,15 @@ struct JSONLine {
         return bytes
     }
 
+    /// Closes an object begun with `init(continuing:)` and gives the buffer back, the line appended.
+    mutating func close(into buffer: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "}"))
+        bytes.append(UInt8(ascii: "\n"))
+        swap(&bytes, &buffer)
+    }
+
     private mutating func key(_ key: StaticString) {
-        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        if bytes.count > start + 1 { bytes.append(UInt8(ascii: ",")) }
         bytes.append(UInt8(ascii: "\""))
         key.withUTF8Buffer { bytes.append(contentsOf: $0) }
         bytes.append(UInt8(ascii: "\""))

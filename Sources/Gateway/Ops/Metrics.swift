@@ -25,8 +25,8 @@ public final class Metrics: Sendable {
 
         var name: String { series.name }
         var labels: String { series.labels }
-        /// name + labels: the series' key, built once.
-        var key: String { series.key }
+        /// name + labels: the series' key, built (and hashed) once.
+        var key: SeriesKey { series.key }
         var help: String { series.help }
         /// Histogram bucket bounds (latency unless said otherwise); fixed by the first update of a series.
         var bounds: [Double] { series.bounds }
@@ -58,14 +58,14 @@ public final class Metrics: Sendable {
     public final class Series: Sendable {
         let name: String
         let labels: String
-        let key: String
+        let key: SeriesKey
         let help: String
         let bounds: [Double]
 
         public init(_ name: String, _ labels: KeyValuePairs<String, String>, help: String = "", buckets: [Double] = Metrics.latencyBuckets) {
             self.name = name
             self.labels = Metrics.render(labels)
-            key = name + self.labels
+            key = SeriesKey(name + self.labels)
             self.help = help
             bounds = buckets
         }
@@ -107,9 +107,24 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// A series' name and rendered labels with its hash computed once: an update hashes one integer, not
+    /// the whole text (three text hashes a relayed request were a thousand instructions).
+    struct SeriesKey: Hashable, Sendable {
+        let text: String
+        private let hash: Int
+
+        init(_ text: String) {
+            self.text = text
+            hash = text.hashValue
+        }
+
+        static func == (lhs: SeriesKey, rhs: SeriesKey) -> Bool { lhs.hash == rhs.hash && lhs.text == rhs.text }
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+    }
+
     private struct State {
-        var counters: [String: Counter] = [:]
-        var histograms: [String: Histogram] = [:]
+        var counters: [SeriesKey: Counter] = [:]
+        var histograms: [SeriesKey: Histogram] = [:]
         var help: [String: (type: String, text: String)] = [:]
     }
 
@@ -171,7 +186,7 @@ public final class Metrics: Sendable {
 
     /// The value of one counter series (tests and the demo read it).
     public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
-        let key = name + Metrics.render(labels)
+        let key = SeriesKey(name + Metrics.render(labels))
         return shards.reduce(0) { total, shard in total + shard.state.withLock { $0.counters[key]?.value ?? 0 } }
     }
 
@@ -196,11 +211,11 @@ public final class Metrics: Sendable {
             guard described.insert(name).inserted, let help = snapshot.help[name] else { return }
             output += "# HELP \(name) \(help.text)\n# TYPE \(name) \(help.type)\n"
         }
-        for (_, counter) in snapshot.counters.sorted(by: { $0.key < $1.key }) {
+        for (_, counter) in snapshot.counters.sorted(by: { $0.key.text < $1.key.text }) {
             describe(counter.name)
             output += "\(counter.name)\(counter.labels) \(Metrics.number(counter.value))\n"
         }
-        for (_, histogram) in snapshot.histograms.sorted(by: { $0.key < $1.key }) {
+        for (_, histogram) in snapshot.histograms.sorted(by: { $0.key.text < $1.key.text }) {
             describe(histogram.name)
             var cumulative: UInt64 = 0
             for (index, bound) in histogram.bounds.enumerated() {

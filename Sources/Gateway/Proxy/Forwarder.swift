@@ -68,9 +68,10 @@ struct Forwarder {
     }
 
     /// Body bytes go to the client as curl delivers them; when the client's buffer is full curl pauses,
-    /// and resumes when it drained. A client that leaves cancels the upstream exchange.
+    /// and resumes when it drained. A client that leaves cancels the upstream exchange. `finish` resumes
+    /// exactly once (`done`): an unchecked continuation, without the checked one's allocation per request.
     private func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             var done = false
             let finish = {
                 guard !done else { return }
@@ -105,8 +106,7 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own.
     private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
-        var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders)
-        headers.reserveCapacity(headers.count + 10)
+        var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders, room: 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.hasName("Host") }) {
             headers.append(HTTPField("Host", host.value))
         }

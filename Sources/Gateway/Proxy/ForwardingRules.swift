@@ -27,12 +27,13 @@ enum ForwardingRules {
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
     /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
     /// `X-Attest-Status` would: nowhere. (Copied once and thinned in place: a filter grows its result
-    /// by doubling.)
-    static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false) -> [HTTPField] {
+    /// by doubling.) `room`: how many headers the caller adds, reserved in that one copy.
+    static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false, room: Int = 0) -> [HTTPField] {
         let named = connectionNamed(headers)
         var kept = headers
+        kept.reserveCapacity(headers.count + room)
         kept.removeAll { header in
-            if !forwardUnderscores && header.name.utf8.contains(UInt8(ascii: "_")) { return true }
+            if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
             return FoldedName.judge(header.name, underscoreAsDash: true) { name in
                 requestDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered))
                     || requestDroppedPrefixes.contains(where: name.starts)
@@ -65,13 +66,23 @@ enum ForwardingRules {
         return values
     }
 
-    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed.
-    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (Substring.UTF8View) -> Void) {
+    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed. Read
+    /// from the value's contiguous bytes (a `split` made an array per header, and the string view's index
+    /// steps cost more than the scan: together most of what judging a response's headers cost).
+    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
         for header in headers where header.hasName(name) {
-            for var item in header.value.utf8.split(separator: UInt8(ascii: ",")) {
-                while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
-                while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
-                if !item.isEmpty { body(item) }
+            var value = header.value
+            value.withUTF8 { list in
+                var start = 0
+                while start < list.count {
+                    var end = start
+                    while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
+                    var (first, last) = (start, end)
+                    while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
+                    while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
+                    if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
+                    start = end + 1
+                }
             }
         }
     }
@@ -83,6 +94,7 @@ enum ForwardingRules {
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
         forEachItem("connection", in: headers) { item in
+            if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
             // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
             let lowered = item.allSatisfy({ $0 < 0x80 })
                 ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
@@ -93,6 +105,11 @@ enum ForwardingRules {
     }
 
     private static let keepAlive = Array("keep-alive".utf8)
+
+    private static func isKeepAlive(_ item: UnsafeBufferPointer<UInt8>) -> Bool {
+        item.count == keepAlive.count
+            && zip(item, keepAlive).allSatisfy { ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0) == $1 }
+    }
 }
 
 /// Lower-case header names, grouped by length for `FoldedName` to be compared with.

@@ -45,7 +45,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     public func handle(_ exchange: HTTPExchange) async {
         let runtime = self.runtime
         let head = exchange.head
-        let record = RequestRecord(requestId: RequestID.accept(head.headers.values(named: "X-Request-Id")),
+        let record = RequestRecord(requestId: RequestID.accept(head.headers),
                                    method: head.method, path: head.path, bytesIn: 0)
         record.capture(head, clientAddress: runtime.config.clientAddress)
         // The line is written when the response has been sent (or failed), with what was really sent.
@@ -164,12 +164,17 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
 
 /// Request ids: the client's own when it looks like one, otherwise a fresh random one.
 enum RequestID {
-    static func accept(_ offered: [String]) -> String {
-        if offered.count == 1, let id = offered.first, (1...128).contains(id.utf8.count),
-           id.utf8.allSatisfy({ isAllowed($0) }) {
+    /// From the request's headers: exactly one `X-Request-Id` is taken (when it looks like an id).
+    static func accept(_ headers: [HTTPField]) -> String {
+        var offered: String?, count = 0
+        for field in headers where field.hasName("X-Request-Id") {
+            offered = field.value
+            count += 1
+        }
+        if count == 1, let id = offered, (1...128).contains(id.utf8.count), id.allBytes(isAllowed) {
             return id
         }
-        return Bytes.hex(random.bytes(12))
+        return random.hex(12)
     }
 
     private static let random = SecureRandomPool()

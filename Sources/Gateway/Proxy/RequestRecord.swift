@@ -84,7 +84,9 @@ final class RequestRecord: @unchecked Sendable {
         // One lock for all of this request's metrics.
         let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
                                                           code: KnownSeries.code(status), attestMethod: attestMethod))
-        var updates = [series.requests.count(), series.duration.observe(seconds: totalMs / 1000)]
+        var updates: [Metrics.Update] = []
+        updates.reserveCapacity(7)  // one allocation: a literal of two grew on the first append
+        updates += [series.requests.count(), series.duration.observe(seconds: totalMs / 1000)]
         if let upstreamMs, upstreamStatus != nil { updates.append(series.upstream.observe(seconds: upstreamMs / 1000)) }
         if let attest = series.attest { updates.append(attest.count()) }
         if let reason, reason.hasPrefix("store_") {

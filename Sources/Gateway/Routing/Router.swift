@@ -22,6 +22,9 @@ public struct Router: Sendable {
     /// Longest first; `folded` prefixes are compared with the folded path.
     private let prefixes: [(prefix: [UInt8], folded: Bool, route: RouteConfig)]
     private let folds: Bool
+    /// The lengths of the exact paths (folded or not): a twin of another length is not built to be looked up
+    /// (an array and a hash per proxied request).
+    private let exactLengths: Set<Int>
 
     /// With several routes for the same path (which `GatewayConfig` refuses) the first wins.
     public init(routes: [RouteConfig]) {
@@ -45,6 +48,7 @@ public struct Router: Sendable {
             .sorted { ($0.element.prefix.count, -$0.offset) > ($1.element.prefix.count, -$1.offset) }
             .map(\.element)
         folds = routes.contains { $0.caseInsensitive }
+        exactLengths = Set(exact.keys.map(\.count) + exactFolded.keys.map(\.count))
     }
 
     /// `path` is the percent-decoded path (see `PathDecoding`).
@@ -60,7 +64,7 @@ public struct Router: Sendable {
     /// `/v1/chat/` goes to an exact `/v1/chat` rather than the catch-all, but to a `/v1/chat/` prefix of its
     /// own. At equal length the stricter route wins.
     private func nearest(_ bytes: [UInt8], _ folded: [UInt8]) -> RouteConfig? {
-        let twin = Router.twin(bytes), foldedTwin = folds ? Router.twin(folded) : nil
+        let twin = Router.twin(bytes, lengths: exactLengths), foldedTwin = folds ? Router.twin(folded, lengths: exactLengths) : nil
         let twinRoute = twin.flatMap { exact[$0] } ?? foldedTwin.flatMap { exactFolded[$0] }
         let prefix = prefixes.first { Router.covers($0.prefix, $0.folded ? folded : bytes) }
         guard let twinRoute, let twin else { return prefix?.route }
@@ -69,9 +73,10 @@ public struct Router: Sendable {
         return prefix.route.policy.strength >= twinRoute.policy.strength ? prefix.route : twinRoute
     }
 
-    /// The path with a trailing "/" added or taken off ("/" itself has none).
-    private static func twin(_ path: [UInt8]) -> [UInt8]? {
-        guard path.count > 1 else { return nil }
+    /// The path with a trailing "/" added or taken off ("/" itself has none); nil too when no exact path has
+    /// the twin's length.
+    private static func twin(_ path: [UInt8], lengths: Set<Int>) -> [UInt8]? {
+        guard path.count > 1, lengths.contains(path.last == UInt8(ascii: "/") ? path.count - 1 : path.count + 1) else { return nil }
         return path.last == UInt8(ascii: "/") ? Array(path.dropLast()) : path + [UInt8(ascii: "/")]
     }
 
