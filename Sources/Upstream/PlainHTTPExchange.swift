@@ -87,9 +87,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
                      upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int) async throws(UpstreamError) -> UpstreamStream {
         let exchange = PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
                                          maxIdle: maxIdle, keepAliveMs: keepAliveMs)
-        // `onHead` is called once and cleared (success or failure): an unchecked continuation, without the
-        // checked one's allocation per request.
-        let opened = await withUnsafeContinuation { (continuation: UnsafeContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) in
+        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) in
             exchange.start { continuation.resume(returning: Unchecked($0)) }
         }
         try opened.value.get()

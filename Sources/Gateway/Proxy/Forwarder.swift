@@ -68,10 +68,9 @@ struct Forwarder {
     }
 
     /// Body bytes go to the client as curl delivers them; when the client's buffer is full curl pauses,
-    /// and resumes when it drained. A client that leaves cancels the upstream exchange. `finish` resumes
-    /// exactly once (`done`): an unchecked continuation, without the checked one's allocation per request.
+    /// and resumes when it drained. A client that leaves cancels the upstream exchange.
     private func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord) async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             var done = false
             let finish = {
                 guard !done else { return }
