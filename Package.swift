@@ -20,7 +20,7 @@ let package = Package(
     ],
     targets: [
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: "libssl-dev"),
-        // libssl (and libcrypto) for TLS to Redis; only RedisClient's TLSStream imports it.
+        // libssl (and libcrypto) for TLS; only the TLS target imports it.
         systemLibrary("CTLS", pkgConfig: "openssl", apt: "libssl-dev"),
         systemLibrary("CCBOR", pkgConfig: "libcbor", apt: "libcbor-dev"),
         systemLibrary("CCurl", pkgConfig: "libcurl", apt: "libcurl4-openssl-dev"),
@@ -36,16 +36,19 @@ let package = Package(
         .target(name: "DeviceSimulator", dependencies: ["AssertionCheck", "COpenSSL"]),
         // Event-loop threads (libuv) that are Swift task executors, and a bounded pool for blocking work.
         .target(name: "EventLoop", dependencies: ["CLibUV"]),
+        // TLS over the loops' sockets through memory BIOs, either side: Redis connections (client) and the listener
+        // (server: certificates by SNI, ALPN, OCSP staples, reloadable contexts).
+        .target(name: "TLS", dependencies: ["CTLS", "EventLoop"]),
         // Redis from the event loops: RESP over the loop's own sockets (TCP or TLS), pipelined, every command bounded
         // in time; one server, a Cluster (slot map, MOVED/ASK) or a Sentinel-managed primary.
-        .target(name: "RedisClient", dependencies: ["EventLoop", "CTLS"]),
+        .target(name: "RedisClient", dependencies: ["EventLoop", "TLS"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
         .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient"]),
         // Transport to the protected API: on the event loops, an own HTTP/1.1 client for http:// (libhttp-parser
         // frames the responses) and curl's multi handle for https://; curl alone off the loops.
         .target(name: "Upstream", dependencies: ["CCurl", "CHTTPParser", "EventLoop"]),
         // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
-        .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "Upstream"]),
+        .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "TLS", "Upstream"]),
         // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // Google's server APIs: the service account's RS256 JWT-bearer access token, Play Integrity's decodeIntegrityToken.
@@ -68,7 +71,7 @@ let package = Package(
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
         .target(name: "TestSupport", dependencies: ["AssertionCheck", "EventLoop"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator", "TestSupport"]),
-        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TLS", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",
                                                    "RedisClient", "TestSupport"]),

@@ -1,4 +1,5 @@
 import EventLoop
+import TLS
 
 /// A connected byte stream to one Redis node: plain TCP, or TLS over it (`TLSStream`). Loop thread only;
 /// the delegate hears plaintext.

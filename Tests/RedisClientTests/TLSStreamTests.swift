@@ -1,6 +1,7 @@
 import EventLoop
 import Foundation
 @testable import RedisClient
+import TLS
 import TestSupport
 import XCTest
 
