@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "GoogleServices", dependencies: ["AssertionCheck", "EventLoop", "Upstream"]),
         // The proxy: config, HTTP server, routing, policies, Redis store, ops, CLI commands.
         .target(name: "Gateway", dependencies: [
-            "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "GoogleServices", "HTTPServer", "RedisClient", "Upstream", "CYAML",
+            "AssertionCheck", "AppleServices", "AttestStore", "EventLoop", "GoogleServices", "HTTPServer", "RedisClient", "TLS", "Upstream", "CYAML",
             "CBuildInfo",
         ]),
         // The command line: serve and the operator commands from Gateway; demo and bench preparation (simulated
@@ -73,7 +73,7 @@ let package = Package(
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TLS", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport"]),
-        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer",
+        .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer", "TLS",
                                                    "RedisClient", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),
         .testTarget(name: "GoogleServicesTests", dependencies: ["GoogleServices", "AssertionCheck", "TestSupport", "Upstream"]),

@@ -1,4 +1,5 @@
 import EventLoop
+import TLS
 import Upstream
 
 /// One client connection on its loop: reads and strictly checks request heads, frames bodies with
@@ -6,10 +7,13 @@ import Upstream
 /// back-pressure, and enforces the header, body, keep-alive and send timeouts. Confined to its loop's
 /// thread (the unchecked Sendable lets the exchange's task, which runs on that loop, hold it).
 final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unchecked Sendable {
-    private let socket: TCPConnection
+    /// The transport: the TCP connection itself, or TLS over it (the same reads, writes and back-pressure).
+    private let socket: any ByteStream
     private let shared: ServerShared
     let loop: EventLoop
     let clientAddress: String
+    /// Set once the TLS handshake completed (nil on a plain listener): every request's head carries it.
+    var tls: TLSInfo?
     /// Whether this connection counts against its address's `per_ip_connection_limit`.
     var countedPerIP = false
     private var timer: LoopTimer!
@@ -81,7 +85,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     /// How an exchange answered with an error page in place of a failed response ends in the log.
     private var outcomeOverride: ExchangeOutcome?
 
-    init(socket: TCPConnection, shared: ServerShared, loop: EventLoop) {
+    init(socket: any ByteStream, shared: ServerShared, loop: EventLoop) {
         self.socket = socket
         self.shared = shared
         self.loop = loop
@@ -90,6 +94,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
         parser.delegate = self
         socket.delegate = self
     }
+
+    /// The transport is TLS (its handshake may still be under way).
+    var isTLS: Bool { socket is TLSStream }
 
     func start() {
         waitForRequest()
@@ -264,7 +271,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
             return refuse(BodyReadError.overloaded.response)
         }
         let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: clientAddress,
-                               httpVersion: version, framing: framing)
+                               httpVersion: version, framing: framing, tls: tls)
         keepAlive = parser.shouldKeepAlive
         http10 = version == "HTTP/1.0"
         if parser.isUpgrade { messageComplete = true }

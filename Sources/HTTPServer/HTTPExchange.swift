@@ -14,10 +14,28 @@ public struct RequestHead: Sendable {
     /// "HTTP/1.1" or "HTTP/1.0".
     public let httpVersion: String
     public let framing: RequestFraming
+    /// How the connection is secured; nil for plain HTTP.
+    public let tls: TLSInfo?
+
+    public init(method: String, path: String, query: String?, headers: [HTTPField], clientAddress: String, httpVersion: String,
+                framing: RequestFraming, tls: TLSInfo? = nil) {
+        (self.method, self.path, self.query, self.headers, self.clientAddress) = (method, path, query, headers, clientAddress)
+        (self.httpVersion, self.framing, self.tls) = (httpVersion, framing, tls)
+    }
 
     /// The raw target as sent ("/a/b?c"), for logs of refused requests.
     public var target: String { query.map { path + "?" + $0 } ?? path }
     public var hasBody: Bool { framing != .noBody && framing != .contentLength(0) }
+}
+
+/// The TLS of a client's connection, for the upstream's `X-Forwarded-Proto` and the access log.
+public struct TLSInfo: Sendable, Equatable {
+    /// "TLSv1.2", "TLSv1.3".
+    public let version: String
+    /// What ALPN settled on ("http/1.1"), nil when the client offered none.
+    public let alpn: String?
+
+    public init(version: String, alpn: String?) { (self.version, self.alpn) = (version, alpn) }
 }
 
 /// How an exchange ended, for the access log: `completed` only once the last byte was handed to the kernel.

@@ -32,9 +32,11 @@ public struct HTTPRequest: Sendable {
     public let clientAddress: String
     /// "HTTP/1.1" or "HTTP/1.0".
     public let httpVersion: String
+    /// How the client's connection is secured; nil for plain HTTP.
+    public let tls: TLSInfo?
 
     public init(method: String, path: String, query: String?, headers: [HTTPField], body: [UInt8],
-                clientAddress: String, httpVersion: String) {
+                clientAddress: String, httpVersion: String, tls: TLSInfo? = nil) {
         self.method = method
         self.path = path
         self.query = query
@@ -42,11 +44,12 @@ public struct HTTPRequest: Sendable {
         self.body = body
         self.clientAddress = clientAddress
         self.httpVersion = httpVersion
+        self.tls = tls
     }
 
     public init(_ head: RequestHead, body: [UInt8]) {
         self.init(method: head.method, path: head.path, query: head.query, headers: head.headers, body: body,
-                  clientAddress: head.clientAddress, httpVersion: head.httpVersion)
+                  clientAddress: head.clientAddress, httpVersion: head.httpVersion, tls: head.tls)
     }
 }
 
@@ -105,11 +108,14 @@ public protocol HTTPHandler: AnyObject, Sendable {
     func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String)
     /// Whether connections from this peer address are exempt from `perIPConnectionLimit` (a trusted proxy's).
     func exemptFromPerIPLimit(_ peerAddress: String) -> Bool
+    /// A TLS handshake failed (`TLSFailure.reasonCodes`): counted, not logged per connection.
+    func tlsHandshakeFailed(reason: String)
 }
 
 extension HTTPHandler {
     public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {}
     public func exemptFromPerIPLimit(_ peerAddress: String) -> Bool { false }
+    public func tlsHandshakeFailed(reason: String) {}
 }
 
 /// A handler that takes a whole request and gives a whole response: built-in endpoints, admin, tests.

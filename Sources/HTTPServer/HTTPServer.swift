@@ -1,6 +1,7 @@
 import Dispatch
 import EventLoop
 import Synchronization
+import TLS
 import Upstream
 
 /// The inbound HTTP/1.1 server: one SO_REUSEPORT listener per event loop, each loop owning the connections
@@ -12,10 +13,12 @@ public final class HTTPServer: @unchecked Sendable {
     /// The bound port (the one the system chose when the address asked for port 0).
     public let port: Int
 
-    public init(address: String, limits: ServerLimits, handler: any HTTPHandler, loops: [EventLoop]) throws(HTTPServerError) {
+    /// `tls`: every connection starts with a TLS handshake (nil: plain HTTP).
+    public init(address: String, limits: ServerLimits, handler: any HTTPHandler, loops: [EventLoop],
+                tls: ListenerTLS? = nil) throws(HTTPServerError) {
         let listen = try ListenAddress(address)
         precondition(!loops.isEmpty, "a server needs at least one event loop")
-        shared = ServerShared(limits: limits, handler: handler)
+        shared = ServerShared(limits: limits, handler: handler, tls: tls)
         self.loops = loops
         var port = listen.port
         var listeners: [TCPListener] = []
@@ -65,6 +68,9 @@ public final class HTTPServer: @unchecked Sendable {
         }
     }
 
+    /// New handshakes use `tls` from now on; open connections keep the certificates they were made with.
+    public func replaceTLS(_ tls: ListenerTLS) { shared.replaceTLS(tls) }
+
     /// Closes every connection the server still has (after the drain's deadline).
     public func closeAll() {
         for loop in loops {
@@ -89,12 +95,18 @@ final class ServerShared: @unchecked Sendable {
     /// Each loop's open connections, touched only on that loop (keyed by loop, so no lock on the hot path).
     private var byLoop: [ObjectIdentifier: LoopConnections] = [:]
     private let registry = PthreadLock()
+    /// The certificates new connections get; swapped by a reload.
+    private var tls: ListenerTLS?
+    private let tlsLock = PthreadLock()
 
-    init(limits: ServerLimits, handler: any HTTPHandler) {
+    init(limits: ServerLimits, handler: any HTTPHandler, tls: ListenerTLS?) {
         self.limits = limits
         self.handler = handler
+        self.tls = tls
         bodyBudget = BodyBudget(limit: limits.maxBufferedBodyBytes)
     }
+
+    func replaceTLS(_ tls: ListenerTLS) { tlsLock.withLock { self.tls = tls } }
 
     var isDraining: Bool { draining.load(ordering: .relaxed) }
 
@@ -110,7 +122,15 @@ final class ServerShared: @unchecked Sendable {
     }
 
     func accept(_ socket: TCPConnection, on loop: EventLoop) {
-        let connection = HTTPConnection(socket: socket, shared: self, loop: loop)
+        var handshake: (stream: TLSStream, timeoutMs: Int)?
+        if let tls = tlsLock.withLock({ self.tls }) {
+            guard let session = try? TLSSession(tls.context) else {
+                handler.tlsHandshakeFailed(reason: TLSFailure.otherReason)  // out of memory: nothing else makes SSL_new fail
+                return socket.close()
+            }
+            handshake = (TLSStream(over: socket, session: session, loop: loop, peer: socket.peerAddress), tls.handshakeTimeoutMs)
+        }
+        let connection = HTTPConnection(socket: handshake?.stream ?? socket, shared: self, loop: loop)
         let open = connections.add(1, ordering: .relaxed).newValue
         connections(of: loop).set[ObjectIdentifier(connection)] = connection
         if open > limits.connectionLimit {
@@ -130,12 +150,23 @@ final class ServerShared: @unchecked Sendable {
             }
             connection.countedPerIP = true
         }
-        connection.start()
+        guard let (stream, timeoutMs) = handshake else { return connection.start() }
+        // The handshake counts against the limits above (the connection is registered); HTTP starts once it is done.
+        stream.handshake(timeoutMs: timeoutMs) { [handler, unowned connection, unowned stream] failure in
+            if let failure {
+                handler.tlsHandshakeFailed(reason: failure.reasonCode)
+                return connection.close()
+            }
+            connection.tls = TLSInfo(version: stream.session.protocolVersion, alpn: stream.session.applicationProtocol)
+            connection.start()
+        }
     }
 
-    /// Over a limit: a 503 written and the connection closed, logged and counted — not a silent reset.
+    /// Over a limit: a 503 written and the connection closed, logged and counted — not a silent reset. Over TLS the
+    /// connection is closed at once: a handshake only to say "busy" would spend what the limit protects.
     private func refuse(_ connection: HTTPConnection, reason: String, _ message: String) {
         handler.rejected(method: "-", target: "-", clientAddress: connection.clientAddress, status: 503, reason: reason)
+        if connection.isTLS { return connection.close() }
         var response = HTTPResponse.error(status: 503, reason: reason, message: message)
         response.headers.append(HTTPField("Retry-After", "1"))
         connection.refuse(response)
@@ -174,6 +205,14 @@ final class ServerShared: @unchecked Sendable {
     func closeAll(on loop: EventLoop) {
         for connection in Array(connections(of: loop).set.values) { connection.close() }
     }
+}
+
+/// A listener's TLS: the certificates (`TLSServerContext`) and how long a handshake may take.
+public struct ListenerTLS: Sendable {
+    public let context: TLSServerContext
+    public let handshakeTimeoutMs: Int
+
+    public init(context: TLSServerContext, handshakeTimeoutMs: Int) { (self.context, self.handshakeTimeoutMs) = (context, handshakeTimeoutMs) }
 }
 
 /// One loop's connections (its own thread only).

@@ -21,7 +21,9 @@ public struct TLSFailure: Error, Equatable, Sendable, CustomStringConvertible {
     public init(_ message: String, reasonCode: String) { (self.message, self.reasonCode) = (message, reasonCode) }
 
     /// Every code a handshake failure can carry, for zero series.
-    public static let reasonCodes = ["timeout", "closed", "protocol_version", "no_shared_cipher", "not_tls", "peer_alert", "handshake_error"]
+    public static let reasonCodes = ["timeout", "closed", "protocol_version", "no_shared_cipher", "not_tls", "peer_alert", otherReason]
+    /// Any other failure of the TLS layer (OpenSSL's reason is in the message).
+    public static let otherReason = "handshake_error"
 }
 
 /// The lowest TLS version a listener accepts (`server.tls.min_version`).
@@ -481,7 +483,7 @@ public final class TLSSession {
         case SSL_R_NO_SHARED_CIPHER, SSL_R_NO_SHARED_GROUPS: "no_shared_cipher"
         case SSL_R_WRONG_VERSION_NUMBER, SSL_R_PACKET_LENGTH_TOO_LONG, SSL_R_HTTP_REQUEST, SSL_R_HTTPS_PROXY_REQUEST: "not_tls"
         case Int32(SSL_AD_REASON_OFFSET)...: "peer_alert"
-        default: "handshake_error"
+        default: TLSFailure.otherReason
         }
     }
 }

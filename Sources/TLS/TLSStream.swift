@@ -97,7 +97,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     public func received(_ bytes: UnsafeRawBufferPointer) {
         guard !closed, !broken else { return }
         guard session.feed(bytes) else {
-            let failure = TLSFailure("out of memory", reasonCode: "handshake_error")
+            let failure = TLSFailure("out of memory", reasonCode: TLSFailure.otherReason)
             return isEstablished ? breakSession(failure.message) : failHandshake(failure)
         }
         if !isEstablished {

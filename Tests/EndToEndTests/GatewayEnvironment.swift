@@ -178,6 +178,8 @@ struct Reply {
     let headers: [HTTPField]
     let body: [UInt8]
 
+    init(status: Int, headers: [HTTPField], body: [UInt8]) { (self.status, self.headers, self.body) = (status, headers, body) }
+
     init(_ response: UpstreamResponse) throws {
         status = response.status
         headers = response.headers
@@ -200,15 +202,21 @@ struct Reply {
 /// The iOS app's side of the protocol, byte for byte as docs/client.md describes it.
 final class AppClient: @unchecked Sendable {
     let device: SimulatedDevice
-    let client: UpstreamClient
+    /// How a request reaches the gateway: plain HTTP through `UpstreamClient`, or another client (TLS).
+    let transport: (UpstreamRequest) throws -> Reply
 
     init(device: SimulatedDevice, client: UpstreamClient) {
         self.device = device
-        self.client = client
+        transport = { try Reply(client.send($0)) }
+    }
+
+    init(device: SimulatedDevice, transport: @escaping (UpstreamRequest) throws -> Reply) {
+        self.device = device
+        self.transport = transport
     }
 
     func get(_ path: String) throws -> Reply {
-        try Reply(client.send(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "gateway.test")])))
+        try transport(UpstreamRequest(method: "GET", pathAndQuery: path, headers: [HTTPField("Host", "gateway.test")]))
     }
 
     /// GET /attest/challenge, attestKey(SHA256(challenge)), POST /attest/verify.
@@ -222,9 +230,9 @@ final class AppClient: @unchecked Sendable {
 
     func registerRaw(attestation: [UInt8], challenge: [UInt8]) throws -> Reply {
         let body = SimulatedDevice.registrationBody(keyId: device.keyIdBase64, attestation: attestation, challenge: challenge)
-        return try Reply(client.send(UpstreamRequest(method: "POST", pathAndQuery: "/attest/verify",
-                                                     headers: [HTTPField("Host", "gateway.test"), HTTPField("Content-Type", "application/json")],
-                                                     body: body)))
+        return try transport(UpstreamRequest(method: "POST", pathAndQuery: "/attest/verify",
+                                             headers: [HTTPField("Host", "gateway.test"), HTTPField("Content-Type", "application/json")],
+                                             body: body))
     }
 
     func assertChallenge() throws -> String {
@@ -243,7 +251,7 @@ final class AppClient: @unchecked Sendable {
                                headers: [HTTPField("Host", "gateway.test")] + headers + extraHeaders, body: body)
     }
 
-    func send(_ request: UpstreamRequest) throws -> Reply { try Reply(client.send(request)) }
+    func send(_ request: UpstreamRequest) throws -> Reply { try transport(request) }
 
     /// A signed GET /secure/feed, asked until the answer is 200 (at most `seconds`): recovery without a restart.
     func eventuallyAccepted(within seconds: TimeInterval) throws -> Reply {

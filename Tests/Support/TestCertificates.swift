@@ -19,6 +19,15 @@ public struct TestCertificates: Sendable {
         try issue("client", name: "gateway", extensions: "extendedKeyUsage=clientAuth")
     }
 
+    /// Another server certificate from the same CA, for `dnsNames` (the first is the subject's CN): the listener's
+    /// SNI certificates and swaps. Returns its certificate and key files.
+    @discardableResult
+    public func issueServerCertificate(_ file: String, dnsNames: [String]) throws -> (cert: String, key: String) {
+        try issue(file, name: dnsNames[0], extensions: "subjectAltName=" + dnsNames.map { "DNS:" + $0 }.joined(separator: ",")
+            + "\nextendedKeyUsage=serverAuth")
+        return ("\(directory)/\(file).crt", "\(directory)/\(file).key")
+    }
+
     private func makeCA(_ file: String, name: String) throws {
         try Self.openssl(["req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                           "-keyout", "\(directory)/\(file).key", "-out", "\(directory)/\(file).crt", "-days", "2", "-subj", "/CN=\(name)"])

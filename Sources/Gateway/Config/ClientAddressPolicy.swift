@@ -41,6 +41,12 @@ public struct ClientAddressPolicy: Sendable, Equatable {
 
     func trusts(_ address: IPAddress) -> Bool { trustedProxies.contains { $0.contains(address) } }
 
+    /// The TCP peer is one of `trusted_proxies`.
+    func trustsPeer(_ peer: String) -> Bool {
+        guard !trustedProxies.isEmpty, let address = IPAddress(peer) else { return false }
+        return trusts(address)
+    }
+
     /// The client's address, and the forwarded chain (header hops, then the peer) when it was consulted.
     func resolve(peer: String, headers: [HTTPField]) -> (client: String, chain: String?) {
         guard !trustedProxies.isEmpty, let peerAddress = IPAddress(peer), trusts(peerAddress) else { return (peer, nil) }

@@ -15,6 +15,8 @@ public struct GatewayConfig: Sendable {
     public let appAttest: AppAttestConfig
     /// `server.max_body_bytes` is the default for routes without their own.
     public let server: ServerLimits
+    /// `server.tls`: TLS on `listen` (nil: plain HTTP).
+    public let tls: ListenerTLSConfig?
     /// `server.allow_path_parameters`, `forward_underscore_headers`, `case_insensitive_routes`, `allow_trailing_dot_or_space`.
     public let hardening: RequestHardening
     /// `server.trusted_proxies`, `server.client_ip_header`: where logs take the client's address from.
@@ -91,6 +93,7 @@ public struct GatewayConfig: Sendable {
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
         let serverSection = top.section("server")
         let clientAddress = ClientAddressPolicy.read(serverSection)
+        let tls = ListenerTLSConfig.read(serverSection.optional("tls"), baseDirectory: baseDirectory)
         let (server, hardening) = readServer(serverSection)
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"), baseDirectory: baseDirectory)
@@ -112,7 +115,7 @@ public struct GatewayConfig: Sendable {
             node.invalid("routes[\(route.index)] lists token_methods play_integrity, which needs a play_integrity: section")
         }
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis,
-                             appAttest: appAttest, server: server, hardening: hardening, clientAddress: clientAddress, log: log,
+                             appAttest: appAttest, server: server, tls: tls, hardening: hardening, clientAddress: clientAddress, log: log,
                              upstreams: upstreams, routes: routes, apple: apple, playIntegrity: playIntegrity)
     }
 

@@ -10,7 +10,7 @@ extension GatewayConfig {
                                      challengeSecrets: appAttest.challengeSecrets, challengeRateLimit: appAttest.challengeRateLimit,
                                      token: appAttest.token, debugTokens: appAttest.debugTokens)
         return GatewayConfig(listen: listen, adminListen: adminListen, prefix: prefix, redis: redis, appAttest: attest,
-                             server: server, hardening: hardening, clientAddress: clientAddress, log: log, upstreams: upstreams,
+                             server: server, tls: tls, hardening: hardening, clientAddress: clientAddress, log: log, upstreams: upstreams,
                              routes: routes, apple: apple, playIntegrity: playIntegrity)
     }
 }

@@ -13,6 +13,9 @@ extension RequestRecord {
         userAgent = request.headers.first(named: "User-Agent").map(RequestRecord.truncated)
         let parents = request.headers.filter { $0.hasName("traceparent") }
         traceparent = parents.count == 1 && TraceParent.isValid(parents[0].value) ? parents[0].value : nil
+        httpProtocol = request.httpVersion
+        tlsVersion = request.tls?.version
+        alpn = request.tls?.alpn
     }
 
     static func truncated(_ text: String) -> String {

@@ -1,6 +1,7 @@
 import AssertionCheck
 import AppleServices
 import GoogleServices
+import TLS
 
 /// The labelled series a configuration makes knowable, exported at zero from start (and after each
 /// reload, for new routes): an alert on `rate(...)` or a ratio then has a series to work on before the
@@ -176,6 +177,11 @@ struct KnownSeries {
             }
         }
         if apple { updates += appleUpdates }
+        if config.tls != nil {
+            updates += TLSFailure.reasonCodes.map {
+                .count("gateway_tls_handshake_failures_total", ["reason": $0], by: 0, help: MetricHelp.tlsHandshakeFailures)
+            }
+        }
         return updates
     }
 
@@ -218,6 +224,7 @@ enum MetricHelp {
     static let appleCalls = "Calls to Apple's DeviceCheck and App Attest servers, by outcome."
     static let appleDuration = "Latency of each attempt at an Apple server call."
     static let receiptRefreshes = "Receipt exchanges with Apple, by outcome."
+    static let tlsHandshakeFailures = "TLS handshakes on the listener that failed, by reason."
     static let riskMetric = "Risk metrics of the receipts this process refreshed (Apple's count of attestations on the device)."
     /// Apple's metric is a small count; a genuine device rarely goes past a handful.
     static let riskMetricBuckets: [Double] = [0, 1, 2, 3, 5, 10, 20, 50, 100, 500]

@@ -10,6 +10,8 @@ struct Forwarder {
     let metrics: Metrics
     /// `server.forward_underscore_headers`.
     var forwardUnderscoreHeaders = false
+    /// `server.trusted_proxies`: only their `X-Forwarded-Proto` and `Forwarded` reach the upstream.
+    var clientAddress = ClientAddressPolicy()
 
     struct Identity {
         let status: String
@@ -110,9 +112,14 @@ struct Forwarder {
             headers.append(HTTPField("Host", host.value))
         }
         headers.append(HTTPField("X-Forwarded-For", Self.appending(request.clientAddress, to: "x-forwarded-for", in: request.headers)))
-        headers.append(HTTPField("X-Forwarded-Proto", Self.appending("http", to: "x-forwarded-proto", in: request.headers)))
+        // The scheme is the gateway's word alone unless the peer is a proxy of ours that spoke to the client: a
+        // client's own "X-Forwarded-Proto: https" over plain HTTP would make an upstream believe in TLS.
+        let scheme = request.tls == nil ? "http" : "https"
+        let fromProxy = clientAddress.trustsPeer(request.clientAddress)
+        headers.append(HTTPField("X-Forwarded-Proto", fromProxy ? Self.appending(scheme, to: "x-forwarded-proto", in: request.headers) : scheme))
         let node = request.clientAddress.utf8.contains(UInt8(ascii: ":")) ? "\"[" + request.clientAddress + "]\"" : request.clientAddress
-        headers.append(HTTPField("Forwarded", Self.appending("for=" + node + ";proto=http", to: "forwarded", in: request.headers)))
+        let element = "for=" + node + ";proto=" + scheme
+        headers.append(HTTPField("Forwarded", fromProxy ? Self.appending(element, to: "forwarded", in: request.headers) : element))
         headers.append(HTTPField("X-Request-Id", requestId))
         headers.append(HTTPField("X-Attest-Status", identity.status))
         if let keyId = identity.keyId { headers.append(HTTPField("X-Attest-Key-Id", keyId)) }

@@ -42,6 +42,10 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         IPAddress(peerAddress).map(runtime.config.clientAddress.trusts) ?? false
     }
 
+    public func tlsHandshakeFailed(reason: String) {
+        metrics.increment("gateway_tls_handshake_failures_total", ["reason": reason], help: MetricHelp.tlsHandshakeFailures)
+    }
+
     public func handle(_ exchange: HTTPExchange) async {
         let runtime = self.runtime
         let head = exchange.head
@@ -136,7 +140,8 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         }
         let status: Int
         do {
-            status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders)
+            status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
+                                            clientAddress: runtime.config.clientAddress)
                 .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, upload: upload,
                          identity: outcome.identity, record: record)
         } catch {

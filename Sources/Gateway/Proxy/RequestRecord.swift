@@ -36,6 +36,10 @@ final class RequestRecord: @unchecked Sendable {
     var userAgent: String?
     var traceparent: String?
     var upstreamAddr: String?
+    /// "HTTP/1.1", "HTTP/1.0"; with TLS, its version ("TLSv1.3") and what ALPN chose.
+    var httpProtocol: String?
+    var tlsVersion: String?
+    var alpn: String?
     private let finished = Atomic<Bool>(false)
 
     init(requestId: String, method: String, path: String, bytesIn: Int) {
@@ -64,6 +68,9 @@ final class RequestRecord: @unchecked Sendable {
             line.int("status", status)
             if let attestMethod { line.string("attest_method", attestMethod) }
             line.string("client_ip", clientIP)
+            if let httpProtocol { line.string("protocol", httpProtocol) }
+            if let tlsVersion { line.string("tls_version", tlsVersion) }
+            if let alpn { line.string("alpn", alpn) }
             if let forwardedFor { line.string("forwarded_for", forwardedFor) }
             if let userAgent { line.string("user_agent", userAgent) }
             if let traceparent { line.string("traceparent", traceparent) }

@@ -109,7 +109,8 @@ final class Server: @unchecked Sendable {
         blocking = BlockingPool(threads: 4, name: "blocking")
         handler = ProxyHandler(runtime: try GatewayRuntime.build(config, log: log, metrics: metrics), metrics: metrics, log: log,
                                blocking: blocking)
-        proxyServer = try HTTPServer(address: config.listen.description, limits: config.listenerLimits, handler: handler, loops: loops)
+        proxyServer = try HTTPServer(address: config.listen.description, limits: config.listenerLimits, handler: handler, loops: loops,
+                                     tls: config.tls?.listenerTLS)
         admin = AdminHandler(proxy: handler, listener: proxyServer)
         adminServer = try HTTPServer(address: config.adminListen.description,
                                      limits: ServerLimits(workers: 1, connectionLimit: 64, maxBodyBytes: 0), handler: admin, loops: [loops[0]])
@@ -122,7 +123,7 @@ final class Server: @unchecked Sendable {
                                                    "message": "Redis cannot be used (\(failure.message)): assert routes will fail with 503 until it can"])
         }
         log.event(.info, "listening", ["listen": "\(config.listen.host):\(proxyServer.port)", "admin_listen": "\(config.adminListen.host):\(adminServer.port)",
-                                       "routes": config.routes.count, "config": loader.path])
+                                       "tls": config.tls != nil, "routes": config.routes.count, "config": loader.path])
     }
 
     /// Warns loudly about a trust anchor that is not Apple's: such a gateway accepts simulated devices.
@@ -161,6 +162,8 @@ final class Server: @unchecked Sendable {
             let running = handler.runtime.config
             let fixedAtStart = [("listen", config.listen != running.listen), ("admin_listen", config.adminListen != running.adminListen),
                                 ("server", config.server.withoutBodyLimit != running.server.withoutBodyLimit),
+                                // The certificates reload; turning TLS on or off changes what the port speaks.
+                                ("server.tls", (config.tls == nil) != (running.tls == nil)),
                                 ("app_attest.key_cache_size", config.appAttest.keyCacheSize != running.appAttest.keyCacheSize)]
             let ignored = fixedAtStart.filter(\.1).map(\.0)
             if !ignored.isEmpty {
@@ -168,6 +171,8 @@ final class Server: @unchecked Sendable {
             }
             Server.announce(config, log: log)
             handler.replace(try GatewayRuntime.build(config, previous: handler.runtime, log: log, metrics: metrics))
+            // New handshakes get the certificates just read; open connections keep theirs.
+            if let tls = config.tls, running.tls != nil { proxyServer.replaceTLS(tls.listenerTLS) }
             log.setLevel(config.log.level)
             log.event(.info, "config_reloaded", ["config": loader.path, "routes": config.routes.count])
         } catch let error as ConfigError {
