@@ -28,6 +28,18 @@ public struct TestCertificates: Sendable {
         return ("\(directory)/\(file).crt", "\(directory)/\(file).key")
     }
 
+    /// A DER OCSP response from the CA saying `certFile` (issued here) is good: the listener's `ocsp_staple_file`.
+    public func ocspResponse(for certFile: String, subject: String) throws -> String {
+        let serial = try Command.run("openssl", ["x509", "-in", certFile, "-noout", "-serial"]).output
+            .trimmingCharacters(in: .whitespacesAndNewlines).replacing("serial=", with: "")
+        let base = certFile + ".ocsp"
+        try "V\t301231235959Z\t\t\(serial)\tunknown\t/CN=\(subject)\n".write(toFile: base + ".index", atomically: true, encoding: .utf8)
+        try Self.openssl(["ocsp", "-issuer", caFile, "-cert", certFile, "-no_nonce", "-reqout", base + ".req"])
+        try Self.openssl(["ocsp", "-index", base + ".index", "-CA", caFile, "-rsigner", caFile, "-rkey", directory + "/ca.key",
+                          "-reqin", base + ".req", "-respout", base + ".der", "-ndays", "1"])
+        return base + ".der"
+    }
+
     private func makeCA(_ file: String, name: String) throws {
         try Self.openssl(["req", "-x509", "-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                           "-keyout", "\(directory)/\(file).key", "-out", "\(directory)/\(file).crt", "-days", "2", "-subj", "/CN=\(name)"])
