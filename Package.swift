@@ -27,6 +27,8 @@ let package = Package(
         systemLibrary("CLibUV", pkgConfig: "libuv", apt: "libuv1-dev"),
         .systemLibrary(name: "CHTTPParser", providers: [.apt(["libhttp-parser-dev"])]),
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: "libyaml-dev"),
+        // HTTP/2 framing, HPACK and flow control for the listener; only HTTPServer's HTTP2Session imports it.
+        systemLibrary("CNGHTTP2", pkgConfig: "libnghttp2", apt: "libnghttp2-dev"),
         // No library: a header whose macro carries the git commit of a release build (gateway_build_info).
         .systemLibrary(name: "CBuildInfo"),
 
@@ -47,8 +49,9 @@ let package = Package(
         // Transport to the protected API: on the event loops, an own HTTP/1.1 client for http:// (libhttp-parser
         // frames the responses) and curl's multi handle for https://; curl alone off the loops.
         .target(name: "Upstream", dependencies: ["CCurl", "CHTTPParser", "EventLoop"]),
-        // Inbound HTTP/1.1 on the event loops: strict head check, libhttp-parser framing, back-pressure, timeouts.
-        .target(name: "HTTPServer", dependencies: ["CHTTPParser", "EventLoop", "TLS", "Upstream"]),
+        // Inbound HTTP/1.1 and HTTP/2 on the event loops, in clear or over TLS: strict head check, libhttp-parser framing,
+        // nghttp2 for HTTP/2, back-pressure, timeouts.
+        .target(name: "HTTPServer", dependencies: ["CHTTPParser", "CNGHTTP2", "EventLoop", "TLS", "Upstream"]),
         // Apple's server APIs: the ES256 JWT, DeviceCheck two bits, App Attest receipt refresh.
         .target(name: "AppleServices", dependencies: ["AssertionCheck", "Upstream"]),
         // Google's server APIs: the service account's RS256 JWT-bearer access token, Play Integrity's decodeIntegrityToken.

@@ -6,7 +6,7 @@ import Upstream
 /// libhttp-parser, runs one exchange at a time (pipelined requests wait, bounded), writes responses with
 /// back-pressure, and enforces the header, body, keep-alive and send timeouts. Confined to its loop's
 /// thread (the unchecked Sendable lets the exchange's task, which runs on that loop, hold it).
-final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unchecked Sendable {
+final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, ExchangeChannel, ServerConnection, @unchecked Sendable {
     /// The transport: the TCP connection itself, or TLS over it (the same reads, writes and back-pressure).
     private let socket: any ByteStream
     private let shared: ServerShared
@@ -97,6 +97,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
 
     /// The transport is TLS (its handshake may still be under way).
     var isTLS: Bool { socket is TLSStream }
+    /// No request has been read yet: an h2c preface may still come.
+    private var fresh = true
+
+    /// The connection turned out to speak HTTP/2: its transport now belongs to an `HTTP2Connection`.
+    func handOver() {
+        phase = .closed
+        timer.close()
+    }
 
     func start() {
         waitForRequest()
@@ -118,6 +126,20 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, @unche
     func received(_ bytes: UnsafeRawBufferPointer) {
         switch phase {
         case .idle, .head:
+            if fresh, shared.limits.h2c, !isTLS {
+                inbound.append(contentsOf: bytes)
+                let preface = HTTP2Connection.preface
+                if inbound.starts(with: preface.prefix(inbound.count)) || inbound.starts(with: preface) {
+                    // Prior-knowledge HTTP/2 (`server.h2c`): once the whole preface is in, HTTP/2 takes over.
+                    if inbound.count >= preface.count { shared.upgrade(self, to: socket, tls: nil, initial: inbound) }
+                    return
+                }
+                fresh = false
+                let pending = inbound
+                inbound = []
+                return pending.withUnsafeBytes { received($0) }
+            }
+            fresh = false
             if case .idle = phase {
                 phase = .head
                 timer.start(milliseconds: shared.limits.headerTimeoutMs)  // the whole head, not per byte

@@ -38,6 +38,33 @@ public struct TLSInfo: Sendable, Equatable {
     public init(version: String, alpn: String?) { (self.version, self.alpn) = (version, alpn) }
 }
 
+/// What an exchange drives: an HTTP/1.1 connection (one exchange at a time) or an HTTP/2 stream. Loop thread only;
+/// the semantics are `HTTPExchange`'s.
+protocol ExchangeChannel: AnyObject {
+    var clientGone: Bool { get }
+    var canWrite: Bool { get }
+    func bodyAtOnce(limit: Int) -> Result<[UInt8], BodyReadError>?
+    func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void)
+    func streamBody(limit: Int, sink: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (BodyReadError?) -> Void)
+    func resumeBody()
+    func whenWritable(_ wake: @escaping () -> Void)
+    func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool
+    func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool
+    func endResponse()
+    func abort(_ outcome: ExchangeOutcome)
+}
+
+/// A client connection the server keeps track of (limits, drain), whatever protocol it speaks. Loop thread only.
+protocol ServerConnection: AnyObject {
+    var loop: EventLoop { get }
+    var clientAddress: String { get }
+    /// Whether this connection counts against its address's `per_ip_connection_limit`.
+    var countedPerIP: Bool { get set }
+    /// Closes the connection if no request is under way; a busy one finishes first (drain).
+    func closeIfIdle()
+    func close()
+}
+
 /// How an exchange ended, for the access log: `completed` only once the last byte was handed to the kernel.
 public enum ExchangeOutcome: String, Sendable {
     case completed
@@ -101,7 +128,7 @@ public enum BodyReadError: Error, Equatable, Sendable {
 public final class HTTPExchange: @unchecked Sendable {
     public let head: RequestHead
     public let loop: EventLoop
-    private let connection: HTTPConnection
+    private let connection: any ExchangeChannel
     /// Body bytes handed to the socket so far (the head excluded).
     public internal(set) var bytesSent = 0
     public internal(set) var status: Int?
@@ -113,7 +140,7 @@ public final class HTTPExchange: @unchecked Sendable {
     /// Called when a stream that `writeBody` reported full can take more.
     public var onWritable: (() -> Void)?
 
-    init(head: RequestHead, loop: EventLoop, connection: HTTPConnection) {
+    init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel) {
         self.head = head
         self.loop = loop
         self.connection = connection

@@ -110,12 +110,15 @@ public protocol HTTPHandler: AnyObject, Sendable {
     func exemptFromPerIPLimit(_ peerAddress: String) -> Bool
     /// A TLS handshake failed (`TLSFailure.reasonCodes`): counted, not logged per connection.
     func tlsHandshakeFailed(reason: String)
+    /// An HTTP/2 connection or stream was cut for misbehaving (`HTTP2Connection.protectionReasons`): counted.
+    func http2Protection(reason: String)
 }
 
 extension HTTPHandler {
     public func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String) {}
     public func exemptFromPerIPLimit(_ peerAddress: String) -> Bool { false }
     public func tlsHandshakeFailed(reason: String) {}
+    public func http2Protection(reason: String) {}
 }
 
 /// A handler that takes a whole request and gives a whole response: built-in endpoints, admin, tests.
@@ -161,11 +164,17 @@ public struct ServerLimits: Sendable, Equatable {
     public var maxBodyBytes: Int
     /// Request-body bytes held in memory by all connections together (503 with Retry-After beyond it).
     public var maxBufferedBodyBytes: Int
+    /// HTTP/2 streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    public var maxConcurrentStreams: Int
+    /// Offer HTTP/2 by ALPN on a TLS listener.
+    public var http2: Bool
+    /// Accept prior-knowledge HTTP/2 in clear (a load balancer speaking h2 to its backends).
+    public var h2c: Bool
 
     public init(workers: Int = ServerLimits.defaultWorkers, connectionLimit: Int = 16_384, perIPConnectionLimit: Int = 0,
                 headerTimeoutMs: Int = 10_000, bodyTimeoutMs: Int = 30_000, keepaliveTimeoutMs: Int = 30_000,
                 sendTimeoutMs: Int = 30_000, maxHeaderBytes: Int = 32_768, maxBodyBytes: Int = 1_048_576,
-                maxBufferedBodyBytes: Int = 64 * 1_048_576) {
+                maxBufferedBodyBytes: Int = 64 * 1_048_576, maxConcurrentStreams: Int = 100, http2: Bool = true, h2c: Bool = false) {
         self.workers = workers
         self.connectionLimit = connectionLimit
         self.perIPConnectionLimit = perIPConnectionLimit
@@ -176,6 +185,7 @@ public struct ServerLimits: Sendable, Equatable {
         self.maxHeaderBytes = maxHeaderBytes
         self.maxBodyBytes = maxBodyBytes
         self.maxBufferedBodyBytes = maxBufferedBodyBytes
+        (self.maxConcurrentStreams, self.http2, self.h2c) = (maxConcurrentStreams, http2, h2c)
     }
 
     public static var defaultWorkers: Int { max(1, ProcessInfo.processInfo.activeProcessorCount) }

@@ -152,14 +152,36 @@ final class ServerShared: @unchecked Sendable {
         }
         guard let (stream, timeoutMs) = handshake else { return connection.start() }
         // The handshake counts against the limits above (the connection is registered); HTTP starts once it is done.
-        stream.handshake(timeoutMs: timeoutMs) { [handler, unowned connection, unowned stream] failure in
+        stream.handshake(timeoutMs: timeoutMs) { [self, unowned connection, unowned stream] failure in
             if let failure {
                 handler.tlsHandshakeFailed(reason: failure.reasonCode)
                 return connection.close()
             }
-            connection.tls = TLSInfo(version: stream.session.protocolVersion, alpn: stream.session.applicationProtocol)
-            connection.start()
+            let tls = TLSInfo(version: stream.session.protocolVersion, alpn: stream.session.applicationProtocol)
+            guard tls.alpn == "h2" else {
+                connection.tls = tls
+                return connection.start()
+            }
+            upgrade(connection, to: stream, tls: tls, initial: [])
         }
+    }
+
+    /// The connection speaks HTTP/2 (ALPN h2, or an h2c preface): an `HTTP2Connection` takes the transport and the
+    /// connection's place in the limits; the HTTP/1.1 side gives up without closing anything.
+    func upgrade(_ connection: HTTPConnection, to socket: any ByteStream, tls: TLSInfo?, initial: [UInt8]) {
+        let upgraded: HTTP2Connection
+        do {
+            upgraded = try HTTP2Connection(socket: socket, shared: self, loop: connection.loop, tls: tls)
+        } catch {
+            handler.http2Protection(reason: "internal_error")
+            return connection.close()
+        }
+        connection.handOver()
+        upgraded.countedPerIP = connection.countedPerIP
+        let set = connections(of: connection.loop)
+        set.set.removeValue(forKey: ObjectIdentifier(connection))
+        set.set[ObjectIdentifier(upgraded)] = upgraded
+        upgraded.start(initial: initial)
     }
 
     /// Over a limit: a 503 written and the connection closed, logged and counted — not a silent reset. Over TLS the
@@ -172,7 +194,7 @@ final class ServerShared: @unchecked Sendable {
         connection.refuse(response)
     }
 
-    func connectionClosed(_ connection: HTTPConnection) {
+    func connectionClosed(_ connection: any ServerConnection) {
         connections.subtract(1, ordering: .relaxed)
         releaseMemoryAfterManyCloses(on: connection.loop)
         connections(of: connection.loop).set.removeValue(forKey: ObjectIdentifier(connection))
@@ -217,7 +239,7 @@ public struct ListenerTLS: Sendable {
 
 /// One loop's connections (its own thread only).
 final class LoopConnections {
-    var set: [ObjectIdentifier: HTTPConnection] = [:]
+    var set: [ObjectIdentifier: any ServerConnection] = [:]
     /// Gives freed memory back after a burst of closes.
     var trimTimer: LoopTimer?
 }

@@ -93,8 +93,9 @@ public struct GatewayConfig: Sendable {
         let appAttest = AppAttestConfig.read(top.section("app_attest"), baseDirectory: baseDirectory)
         let serverSection = top.section("server")
         let clientAddress = ClientAddressPolicy.read(serverSection)
-        let tls = ListenerTLSConfig.read(serverSection.optional("tls"), baseDirectory: baseDirectory)
         let (server, hardening) = readServer(serverSection)
+        let tls = ListenerTLSConfig.read(serverSection.optional("tls"), http2: server.http2, baseDirectory: baseDirectory)
+        serverSection.finish()
         let log = LogConfig.read(top.section("log"))
         let (upstreams, upstreamNames) = UpstreamConfig.readAll(top.required("upstreams"), baseDirectory: baseDirectory)
         let routes = RouteConfig.readAll(top.required("routes"), upstreams: upstreamNames,
@@ -145,8 +146,8 @@ public struct GatewayConfig: Sendable {
         return prefix
     }
 
+    /// `server.tls` is read after, by the caller: the section is finished there.
     private static func readServer(_ section: ConfigMapping) -> (ServerLimits, RequestHardening) {
-        defer { section.finish() }
         let hardening = RequestHardening.read(section)
         // Keys of the thread-per-connection server, still read so existing files keep working: an idle
         // timeout in seconds and the per-connection memory that bounded the head.
@@ -166,7 +167,10 @@ public struct GatewayConfig: Sendable {
             sendTimeoutMs: section.int("send_timeout_ms", default: 30_000, in: 100...3_600_000),
             maxHeaderBytes: section.int("max_header_bytes", default: legacyHead ?? 32_768, in: 1024...16 * 1024 * 1024),
             maxBodyBytes: section.int("max_body_bytes", default: 1_048_576, in: 0...maxBodyCeiling),
-            maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824)), hardening)
+            maxBufferedBodyBytes: section.int("max_buffered_body_bytes", default: 64 * 1_048_576, in: 65_536...64 * 1_073_741_824),
+            maxConcurrentStreams: section.int("max_concurrent_streams", default: 100, in: 1...1000),
+            http2: section.optional("http2")?.bool() ?? true,
+            h2c: section.optional("h2c")?.bool() ?? false), hardening)
     }
 }
 

@@ -14,7 +14,8 @@ public struct ListenerTLSConfig: Sendable {
 
     static let keyLabels = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"]
 
-    static func read(_ value: ConfigValue?, baseDirectory: String) -> ListenerTLSConfig? {
+    /// `http2`: `server.http2`, whether ALPN offers `h2` before `http/1.1`.
+    static func read(_ value: ConfigValue?, http2: Bool, baseDirectory: String) -> ListenerTLSConfig? {
         guard let value, let section = value.mapping() else { return nil }
         defer { section.finish() }
         let minVersion = readMinVersion(section.optional("min_version"))
@@ -32,7 +33,8 @@ public struct ListenerTLSConfig: Sendable {
             certificates.append(certificate)
         }
         guard let defaultCertificate else { return nil }
-        let settings = TLSServerSettings(defaultCertificate: defaultCertificate, certificates: certificates, minVersion: minVersion)
+        let settings = TLSServerSettings(defaultCertificate: defaultCertificate, certificates: certificates, minVersion: minVersion,
+                                         alpn: http2 ? ["h2", "http/1.1"] : ["http/1.1"])
         do {
             return ListenerTLSConfig(settings: settings, handshakeTimeoutMs: handshakeTimeoutMs, context: try TLSServerContext(settings))
         } catch {

@@ -1,6 +1,7 @@
 import AssertionCheck
 import AppleServices
 import GoogleServices
+import HTTPServer
 import TLS
 
 /// The labelled series a configuration makes knowable, exported at zero from start (and after each
@@ -177,6 +178,11 @@ struct KnownSeries {
             }
         }
         if apple { updates += appleUpdates }
+        if config.tls != nil && config.server.http2 || config.server.h2c {
+            updates += HTTP2Protections.reasons.map {
+                .count("gateway_http2_protections_total", ["reason": $0], by: 0, help: MetricHelp.http2Protections)
+            }
+        }
         if config.tls != nil {
             updates += TLSFailure.reasonCodes.map {
                 .count("gateway_tls_handshake_failures_total", ["reason": $0], by: 0, help: MetricHelp.tlsHandshakeFailures)
@@ -225,6 +231,7 @@ enum MetricHelp {
     static let appleDuration = "Latency of each attempt at an Apple server call."
     static let receiptRefreshes = "Receipt exchanges with Apple, by outcome."
     static let tlsHandshakeFailures = "TLS handshakes on the listener that failed, by reason."
+    static let http2Protections = "HTTP/2 connections (or streams) cut for misbehaving, by reason."
     static let riskMetric = "Risk metrics of the receipts this process refreshed (Apple's count of attestations on the device)."
     /// Apple's metric is a small count; a genuine device rarely goes past a handful.
     static let riskMetricBuckets: [Double] = [0, 1, 2, 3, 5, 10, 20, 50, 100, 500]

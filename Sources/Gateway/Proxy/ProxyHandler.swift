@@ -46,6 +46,10 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         metrics.increment("gateway_tls_handshake_failures_total", ["reason": reason], help: MetricHelp.tlsHandshakeFailures)
     }
 
+    public func http2Protection(reason: String) {
+        metrics.increment("gateway_http2_protections_total", ["reason": reason], help: MetricHelp.http2Protections)
+    }
+
     public func handle(_ exchange: HTTPExchange) async {
         let runtime = self.runtime
         let head = exchange.head

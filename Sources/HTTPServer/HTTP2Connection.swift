@@ -1,0 +1,214 @@
+import EventLoop
+import Upstream
+
+/// One HTTP/2 client connection on its loop (ALPN `h2`, or prior-knowledge h2c): nghttp2 frames it, and each stream
+/// is an exchange through the same handler as an HTTP/1.1 request (`HTTP2Stream`). Frames are written only while
+/// the socket keeps up; request bodies are paced by flow-control windows opened as their consumer drains them.
+/// Floods of frames that make no progress (resets, SETTINGS, PING, PRIORITY, WINDOW_UPDATE, empty DATA) end the
+/// connection with GOAWAY ENHANCE_YOUR_CALM, counted by reason. Confined to its loop's thread.
+final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, ServerConnection, @unchecked Sendable {
+    /// The client's preface (RFC 9113 §3.4): what prior-knowledge h2c starts with.
+    static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+
+    private let socket: any ByteStream
+    let shared: ServerShared
+    let loop: EventLoop
+    let clientAddress: String
+    var countedPerIP = false
+    let tls: TLSInfo?
+    let session: HTTP2Session
+    private var streams: [Int32: HTTP2Stream] = [:]
+    private var idleTimer: LoopTimer!
+    private var flushScheduled = false
+    private var closed = false
+    /// GOAWAY was sent for a misbehaving client: close once it is out.
+    private var closing = false
+    private var meters = FloodMeters()
+
+    init(socket: any ByteStream, shared: ServerShared, loop: EventLoop, tls: TLSInfo?) throws(HTTPServerError) {
+        self.socket = socket
+        self.shared = shared
+        self.loop = loop
+        self.tls = tls
+        clientAddress = socket.peerAddress
+        session = try HTTP2Session(settings: HTTP2Session.Settings(maxConcurrentStreams: shared.limits.maxConcurrentStreams,
+                                                                  maxHeaderListBytes: shared.limits.maxHeaderBytes))
+        session.delegate = self
+        idleTimer = LoopTimer(loop) { [unowned self] in idleTimedOut() }
+        socket.delegate = self
+    }
+
+    /// Starts reading; `initial`: bytes already read from the socket (an h2c preface seen by the HTTP/1.1 side).
+    func start(initial: [UInt8] = []) {
+        idleTimer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
+        if !initial.isEmpty { initial.withUnsafeBytes { received($0) } }
+        socket.startReading()
+        scheduleFlush()
+    }
+
+    var socketFull: Bool { socket.queuedBytes >= HTTPConnection.highWatermark }
+
+    // MARK: - The socket
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        guard !closed, !closing else { return }
+        if let reason = session.receive(bytes) { return cut(reason, code: nil) }
+        scheduleFlush()
+    }
+
+    func readEnded(error: LoopError?) { close() }
+
+    func drained() {
+        if socket.writeFailed { return close() }
+        flush()
+        if socket.queuedBytes <= HTTPConnection.lowWatermark {
+            for stream in Array(streams.values) { stream.connectionWritable() }
+        }
+    }
+
+    // MARK: - Writing
+
+    /// Frames go out at the end of this loop iteration: a response's HEADERS and DATA leave in one write.
+    func scheduleFlush() {
+        guard !flushScheduled, !closed else { return }
+        flushScheduled = true
+        loop.executeOnLoop { [weak self] in self?.flush() }
+    }
+
+    private func flush() {
+        flushScheduled = false
+        guard !closed else { return }
+        // What the socket has not taken yet bounds what is serialised: a client that does not read holds no more.
+        if !socketFull {
+            session.send { bytes in
+                socket.write(bytes)
+                return !socketFull
+            }
+        }
+        if session.isFinished || (closing && socket.queuedBytes == 0) { close() }
+    }
+
+    // MARK: - Session events
+
+    func streamOpened(_ id: Int32) {
+        guard !closing else { return }
+        idleTimer.stop()
+        streams[id] = HTTP2Stream(id: id, connection: self)
+    }
+
+    func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
+        guard let stream = streams[id] else { return true }
+        if stream.addHeader(name: name, value: value) { return true }
+        // One list over the limit is answered 431 (the rest of it is decoded and dropped); a client that keeps
+        // sending them is flooding.
+        if !meters.oversizedHeaders.take(now: loop.nowMs) { cut("header_list_too_large", code: .enhanceYourCalm) }
+        return true
+    }
+
+    func headersDone(_ id: Int32, endStream: Bool) { streams[id]?.headersDone(endStream: endStream) }
+
+    func data(_ id: Int32, _ bytes: UnsafeRawBufferPointer) {
+        if let stream = streams[id] { stream.received(bytes) } else { session.consumedOnConnection(bytes.count) }
+    }
+
+    func bodyDone(_ id: Int32) { streams[id]?.bodyDone() }
+
+    func streamClosed(_ id: Int32, errorCode: UInt32) {
+        streams.removeValue(forKey: id)?.closed(errorCode: errorCode)
+        if streams.isEmpty, !closed { idleTimer.start(milliseconds: shared.limits.keepaliveTimeoutMs) }
+    }
+
+    func controlFrame(_ kind: HTTP2Session.ControlFrame) {
+        let now = loop.nowMs
+        switch kind {
+        case .reset: if !meters.resets.take(now: now) { cut("rapid_reset", code: .enhanceYourCalm) }
+        case .settings, .ping: if !meters.control.take(now: now) { cut("control_flood", code: .enhanceYourCalm) }
+        case .other: if !meters.other.take(now: now) { cut("frame_flood", code: .enhanceYourCalm) }
+        }
+    }
+
+    func responseData(_ id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> HTTP2Session.DataChunk {
+        streams[id]?.fill(buffer) ?? .bytes(0, last: true)
+    }
+
+    /// A stream that stopped taking its response within `send_timeout_ms` (a zero window held shut).
+    func streamStalled(_ id: Int32) {
+        shared.handler.http2Protection(reason: "stalled_stream")
+        session.reset(id, .cancel)
+        scheduleFlush()
+    }
+
+    // MARK: - Ending
+
+    /// A misbehaving client: counted, told why (GOAWAY; nghttp2 already queued one for its own fatal errors), closed
+    /// once that is out. Its open streams end as aborted.
+    private func cut(_ reason: String, code: HTTP2Session.ErrorCode?) {
+        guard !closing, !closed else { return }
+        closing = true
+        shared.handler.http2Protection(reason: reason)
+        if let code { session.goAway(code) }
+        socket.stopReading()
+        for stream in Array(streams.values) { stream.connectionClosed() }
+        streams = [:]
+        flush()
+        // The GOAWAY goes out within the send timeout or the connection goes anyway.
+        idleTimer.start(milliseconds: shared.limits.sendTimeoutMs)
+    }
+
+    private func idleTimedOut() {
+        guard !closing, streams.isEmpty else { return close() }
+        session.shutdownGracefully()
+        closing = true
+        flush()
+        idleTimer.start(milliseconds: shared.limits.sendTimeoutMs)
+    }
+
+    func closeIfIdle() {
+        if streams.isEmpty { return close() }
+        // Drain: GOAWAY lets the open streams finish; new ones are refused.
+        session.shutdownGracefully()
+        scheduleFlush()
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        idleTimer.close()
+        for stream in Array(streams.values) { stream.connectionClosed() }
+        streams = [:]
+        socket.close()
+        shared.connectionClosed(self)
+    }
+}
+
+/// Why an HTTP/2 connection (or stream) was cut: the `reason` label of `HTTPHandler.http2Protection`.
+public enum HTTP2Protections {
+    public static let reasons = ["rapid_reset", "control_flood", "frame_flood", "continuation_flood", "compression_error",
+                                 "protocol_error", "header_list_too_large", "stalled_stream", "internal_error"]
+}
+
+/// Token buckets per kind of frame that makes no progress: `burst` at once, `perSecond` refilled.
+private struct FloodMeters {
+    var resets = TokenBucket(burst: 200, perSecond: 50)
+    var control = TokenBucket(burst: 50, perSecond: 10)
+    var other = TokenBucket(burst: 1000, perSecond: 200)
+    var oversizedHeaders = TokenBucket(burst: 10, perSecond: 1)
+}
+
+struct TokenBucket {
+    let burst: Double
+    let perSecond: Double
+    private var tokens: Double
+    private var lastMs: UInt64 = 0
+
+    init(burst: Double, perSecond: Double) { (self.burst, self.perSecond, tokens) = (burst, perSecond, burst) }
+
+    /// False when the bucket is empty.
+    mutating func take(now: UInt64) -> Bool {
+        if lastMs != 0 { tokens = min(burst, tokens + Double(now &- lastMs) / 1000 * perSecond) }
+        lastMs = now
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+}

@@ -1,0 +1,411 @@
+import EventLoop
+import Upstream
+
+/// One HTTP/2 request and its response, driven by an `HTTPExchange` as an HTTP/1.1 connection is: the request head
+/// from the stream's header list (pseudo-headers checked, `:authority` as `Host`, cookie crumbs joined), the body
+/// from DATA frames — at most one flow-control window held, more let in only as the consumer takes it — and the
+/// response as HEADERS and DATA written as the client's window and socket allow. Loop thread only.
+final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
+    let id: Int32
+    private weak var connection: HTTP2Connection?
+    private let shared: ServerShared
+    private let loop: EventLoop
+    private var timer: LoopTimer!
+    private enum Waiting { case headers, body, send, nothing }
+    private var waiting = Waiting.headers
+
+    // The request head as it arrives.
+    private var pseudo: [String: String] = [:]
+    private var fields: [HTTPField] = []
+    private var headerBytes = 0
+    private var headersTooLarge = false
+    private var badHeader = false
+    private var exchange: HTTPExchange?
+
+    // The body: received bytes not yet taken by the consumer (at most a window), and how reading goes.
+    private var inbound: [UInt8] = []
+    private var bodyComplete = false
+    private var bodyReceived = 0
+    private var bodyStarted = false
+    private var bodyLimit = Int.max
+    private var sink: ((UnsafeRawBufferPointer) -> Bool)?
+    private var bodyEnd: ((BodyReadError?) -> Void)?
+    private var paused = false
+    /// Head and buffered-body bytes held against the process-wide budget.
+    private var reserved = 0
+
+    // The response.
+    private var responseStarted = false
+    private var responseEnded = false
+    private var headOnly = false
+    private var outgoing: [UInt8] = []
+    private var sentOffset = 0
+    private(set) var clientGone = false
+    private var streamClosed = false
+    private var writableWaiters: [() -> Void] = []
+    private var finishedOutcome: ExchangeOutcome?
+    private var outcomeOverride: ExchangeOutcome?
+    private var handlerDone = false
+
+    init(id: Int32, connection: HTTP2Connection) {
+        self.id = id
+        self.connection = connection
+        shared = connection.shared
+        loop = connection.loop
+        timer = LoopTimer(loop) { [unowned self] in timedOut() }
+        timer.start(milliseconds: shared.limits.headerTimeoutMs)
+    }
+
+    // MARK: - Request head
+
+    /// False once, when the list grows past `max_header_bytes` (counted as HPACK does: name + value + 32).
+    func addHeader(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
+        guard !headersTooLarge else { return true }
+        headerBytes += name.count + value.count + 32
+        if headerBytes > shared.limits.maxHeaderBytes {
+            headersTooLarge = true
+            (pseudo, fields) = ([:], [])
+            return false
+        }
+        let name = String(decoding: name, as: UTF8.self), value = String(decoding: value, as: UTF8.self)
+        if name.hasPrefix(":") {
+            pseudo[name] = value  // nghttp2 refuses repeated, unknown or late pseudo-headers
+        } else if name == "cookie", let index = fields.firstIndex(where: { $0.name == "cookie" }) {
+            fields[index] = HTTPField("cookie", fields[index].value + "; " + value)  // RFC 9113 §8.2.3, for HTTP/1.1 upstreams
+        } else {
+            fields.append(HTTPField(name, value))
+        }
+        return true
+    }
+
+    func headersDone(endStream: Bool) {
+        timer.stop()
+        waiting = .nothing
+        bodyComplete = endStream
+        let method = pseudo[":method"] ?? "-", target = pseudo[":path"] ?? "-"
+        if headersTooLarge {
+            return reject(431, "headers_too_large", "the request headers exceed \(shared.limits.maxHeaderBytes) bytes")
+        }
+        let (path, query) = Self.split(target)
+        guard path.hasPrefix("/"), target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 }) else {
+            return reject(400, "bad_request_target", "the request target must be an absolute path of visible ASCII without a fragment",
+                          method: method, target: target)
+        }
+        if method == "CONNECT" { return reject(405, "method_not_allowed", "CONNECT is not proxied", method: method, target: target) }
+        // :authority is the host; a Host field beside it must agree (RFC 9113 §8.3.1).
+        let hosts = fields.filter { $0.hasName("host") }
+        guard let host = pseudo[":authority"] ?? hosts.first?.value, !host.isEmpty else {
+            return reject(400, "missing_host", "the request has no :authority", method: method, target: target)
+        }
+        guard hosts.count <= 1, hosts.allSatisfy({ $0.value == host }) else {
+            return reject(400, "duplicate_host", "Host disagrees with :authority", method: method, target: target)
+        }
+        fields.removeAll { $0.hasName("host") }
+        fields.insert(HTTPField("host", host), at: 0)
+        let framing: RequestFraming
+        if endStream {
+            framing = .noBody
+        } else if let length = fields.first(where: { $0.hasName("content-length") }).flatMap({ Int($0.value) }) {
+            framing = .contentLength(length)  // nghttp2 checks it against the DATA received
+        } else {
+            framing = .chunked
+        }
+        guard shared.bodyBudget.reserve(headerBytes) else {
+            return reject(503, "server_busy", BodyReadError.overloaded.message, method: method, target: target)
+        }
+        reserved = headerBytes
+        let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: connection?.clientAddress ?? "",
+                               httpVersion: "HTTP/2", framing: framing, tls: connection?.tls)
+        let exchange = HTTPExchange(head: head, loop: loop, connection: self)
+        self.exchange = exchange
+        headOnly = method == "HEAD"
+        shared.requestStarted()
+        let handler = shared.handler
+        Task(executorPreference: loop) {
+            await handler.handle(exchange)
+            self.handlerReturned()
+        }
+    }
+
+    private static func split(_ target: String) -> (path: String, query: String?) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
+        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
+    }
+
+    /// Refused before the handler: answered, reported for logs and metrics, as the HTTP/1.1 side does.
+    private func reject(_ status: Int, _ reason: String, _ message: String, method: String = "-", target: String = "-") {
+        shared.handler.rejected(method: method, target: target, clientAddress: connection?.clientAddress ?? "", status: status, reason: reason)
+        let response = HTTPResponse.error(status: status, reason: reason, message: message)
+        responseStarted = true
+        outgoing = response.bodyBytes
+        responseEnded = true
+        _ = connection?.session.respond(id, status: status, headers: response.headers, contentLength: outgoing.count, hasBody: true)
+        connection?.scheduleFlush()
+    }
+
+    // MARK: - Body
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        bodyReceived += bytes.count
+        // After the response, or for a refused stream: taken and dropped, so the client can finish its side.
+        guard exchange != nil, !responseEnded, !clientGone else { return consume(bytes.count) }
+        if bodyReceived > bodyLimit { return finishBody(.tooLarge(limit: bodyLimit)) }
+        if let sink, !paused, inbound.isEmpty {
+            if !sink(bytes) { paused = true }
+            consume(bytes.count)
+        } else {
+            inbound.append(contentsOf: bytes)  // at most the stream's window: the client may send no more
+        }
+        if bodyEnd != nil { timer.start(milliseconds: shared.limits.bodyTimeoutMs) }
+    }
+
+    func bodyDone() {
+        bodyComplete = true
+        deliver()
+    }
+
+    private func consume(_ count: Int) { connection?.session.consumed(id, count) }
+
+    func bodyAtOnce(limit: Int) -> Result<[UInt8], BodyReadError>? {
+        guard exchange != nil, !clientGone else { return .failure(.clientGone) }
+        guard !bodyStarted else { return .success([]) }
+        guard bodyComplete, bodyReceived == 0 else { return nil }
+        bodyStarted = true
+        return .success([])
+    }
+
+    func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
+        var collected: [UInt8] = []
+        var overloaded = false
+        streamBody(limit: limit, sink: { [unowned self] bytes in
+            guard shared.bodyBudget.reserve(bytes.count) else {
+                overloaded = true
+                return true
+            }
+            reserved += bytes.count
+            collected.append(contentsOf: bytes)
+            return true
+        }, end: { error in
+            if overloaded { return done(.failure(.overloaded)) }
+            done(error.map { .failure($0) } ?? .success(collected))
+        })
+    }
+
+    func streamBody(limit: Int, sink: @escaping (UnsafeRawBufferPointer) -> Bool, end: @escaping (BodyReadError?) -> Void) {
+        guard let exchange, !clientGone else { return end(.clientGone) }
+        guard !bodyStarted else { return end(nil) }
+        bodyStarted = true
+        if let length = exchange.head.framing.declaredLength, length > limit { return end(.tooLarge(limit: limit)) }
+        if bodyReceived > limit { return end(.tooLarge(limit: limit)) }
+        (bodyLimit, self.sink, bodyEnd) = (limit, sink, end)
+        waiting = .body
+        deliver()
+        if bodyEnd != nil { timer.start(milliseconds: shared.limits.bodyTimeoutMs) }
+    }
+
+    func resumeBody() {
+        guard paused, bodyEnd != nil else { return }
+        paused = false
+        deliver()
+    }
+
+    /// What waits in `inbound` to the sink (its window reopened as it is taken), then the end once the body is whole.
+    private func deliver() {
+        guard let sink, bodyEnd != nil else { return }
+        if !inbound.isEmpty, !paused {
+            let pending = inbound
+            inbound = []
+            if !pending.withUnsafeBytes(sink) { paused = true }
+            consume(pending.count)
+        }
+        if bodyComplete, inbound.isEmpty { finishBody(nil) }
+    }
+
+    private func finishBody(_ error: BodyReadError?) {
+        guard let end = bodyEnd else { return }
+        (bodyEnd, sink, paused) = (nil, nil, false)
+        if waiting == .body {
+            waiting = .nothing
+            timer.stop()
+        }
+        end(error)
+    }
+
+    // MARK: - Response
+
+    var canWrite: Bool {
+        outgoing.count - sentOffset < HTTPConnection.highWatermark && !(connection?.socketFull ?? true) && !clientGone
+    }
+
+    func whenWritable(_ wake: @escaping () -> Void) {
+        if canWrite || clientGone { return wake() }
+        writableWaiters.append(wake)
+    }
+
+    private func wakeWriters() {
+        let waiters = writableWaiters
+        writableWaiters = []
+        waiters.forEach { $0() }
+        if !clientGone { exchange?.onWritable?() }
+    }
+
+    /// The socket drained: writers paused on it may go on.
+    func connectionWritable() { if canWrite { wakeWriters() } }
+
+    func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool {
+        guard exchange != nil, !responseStarted, !clientGone else { return false }
+        let safeHeaders = headers.allSatisfy(\.isSafeToSend)
+        guard safeHeaders, (200...599).contains(status) else {
+            let reason = safeHeaders ? "invalid_response_status" : "invalid_response_header"
+            let error = HTTPResponse.error(status: 500, reason: reason, message: "the gateway produced an invalid response")
+            _ = begin(500, error.headers, contentLength: error.bodyBytes.count)
+            error.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+            return false
+        }
+        return begin(status, headers, contentLength: contentLength)
+    }
+
+    private func begin(_ status: Int, _ headers: [HTTPField], contentLength: Int?) -> Bool {
+        responseStarted = true
+        exchange?.status = status
+        if status == 204 || status == 304 { headOnly = true }
+        let submitted = connection?.session.respond(id, status: status, headers: headers, contentLength: contentLength, hasBody: !headOnly) ?? false
+        connection?.scheduleFlush()
+        return submitted
+    }
+
+    func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let exchange, responseStarted, !responseEnded, !clientGone, !headOnly, bytes.count > 0 else { return canWrite }
+        if sentOffset > 0, sentOffset == outgoing.count { (outgoing, sentOffset) = ([], 0) }
+        outgoing.append(contentsOf: bytes)
+        exchange.bytesSent += bytes.count
+        connection?.session.resumeData(id)
+        connection?.scheduleFlush()
+        waiting = .send
+        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+        return canWrite
+    }
+
+    func endResponse() {
+        guard responseStarted, !responseEnded else { return }
+        responseEnded = true
+        if clientGone { return }
+        // The rest of a body the handler left unread is taken and dropped, so the client can end its side.
+        if !inbound.isEmpty {
+            consume(inbound.count)
+            inbound = []
+        }
+        if !headOnly { connection?.session.resumeData(id) }
+        connection?.scheduleFlush()
+    }
+
+    /// nghttp2 asks for the next DATA frame's bytes.
+    func fill(_ buffer: UnsafeMutableRawBufferPointer) -> HTTP2Session.DataChunk {
+        let available = outgoing.count - sentOffset
+        guard available > 0 else { return responseEnded ? .bytes(0, last: true) : .deferred }
+        let count = min(available, buffer.count)
+        outgoing.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[sentOffset..<sentOffset + count])) }
+        sentOffset += count
+        let left = outgoing.count - sentOffset
+        if left == 0 {
+            (outgoing, sentOffset) = ([], 0)
+            if waiting == .send { timer.stop() }
+        } else {
+            timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
+        }
+        if left <= HTTPConnection.lowWatermark { loop.executeOnLoop { [weak self] in self?.connectionWritable() } }
+        return .bytes(count, last: left == 0 && responseEnded)
+    }
+
+    func abort(_ outcome: ExchangeOutcome) {
+        guard let exchange else { return }
+        if !responseStarted {
+            outcomeOverride = outcome
+            let response = HTTPResponse.error(status: 502, reason: "upstream_aborted", message: "the upstream response failed")
+            _ = begin(response.status, response.headers, contentLength: response.bodyBytes.count)
+            response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+            return
+        }
+        // The client must not take a truncated body for a whole one: the stream is reset.
+        finish(exchange, outcome)
+        clientGone = true
+        connection?.session.reset(id, .internalError)
+        connection?.scheduleFlush()
+    }
+
+    private func handlerReturned() {
+        handlerDone = true
+        guard exchange != nil, !clientGone else { return }
+        if !responseStarted {
+            let response = HTTPResponse.error(status: 500, reason: "no_response", message: "the gateway produced no response")
+            _ = begin(500, response.headers, contentLength: response.bodyBytes.count)
+            response.bodyBytes.withUnsafeBytes { _ = writeBody($0) }
+            endResponse()
+        } else if !responseEnded {
+            abort(.upstreamAborted)
+        }
+    }
+
+    // MARK: - Ending
+
+    /// nghttp2 closed the stream: after our last frame (the response went out whole) or on a reset.
+    func closed(errorCode: UInt32) {
+        guard !streamClosed else { return }
+        streamClosed = true
+        timer.close()
+        // Bytes the consumer never took go back to the connection's window.
+        connection?.session.consumedOnConnection(inbound.count)
+        inbound = []
+        guard let exchange else { return }
+        if errorCode == 0, responseEnded, outgoing.count == sentOffset {
+            finish(exchange, outcomeOverride ?? .completed)
+        } else {
+            clientLeft(exchange, .clientAborted)
+        }
+    }
+
+    /// The connection went away under the stream.
+    func connectionClosed() { closed(errorCode: HTTP2Session.ErrorCode.cancel.rawValue) }
+
+    private func clientLeft(_ exchange: HTTPExchange, _ outcome: ExchangeOutcome) {
+        guard !clientGone || finishedOutcome == nil else { return }
+        clientGone = true
+        finishBody(.clientGone)
+        let gone = exchange.onClientGone
+        exchange.onClientGone = nil
+        gone?()
+        wakeWriters()
+        finish(exchange, outcome)
+    }
+
+    /// Logs the exchange once (through its owner's callback) and gives back what it held.
+    private func finish(_ exchange: HTTPExchange, _ outcome: ExchangeOutcome) {
+        guard finishedOutcome == nil else { return }
+        finishedOutcome = outcome
+        shared.bodyBudget.release(reserved)
+        reserved = 0
+        shared.requestFinished()
+        let callback = exchange.onFinished
+        exchange.onFinished = nil
+        exchange.onWritable = nil
+        callback?(outcome)
+    }
+
+    private func timedOut() {
+        switch waiting {
+        case .headers:
+            // A header block left unfinished blocks the whole connection (no other frame may come between).
+            connection?.close()
+        case .body, .nothing:
+            if bodyEnd != nil {
+                finishBody(.timeout)
+            }
+        case .send:
+            guard let exchange, outgoing.count > sentOffset else { return }
+            clientLeft(exchange, .timeout)
+            connection?.streamStalled(id)
+        }
+    }
+}
