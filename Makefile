@@ -1,7 +1,7 @@
 # The two commands: `make run` (gateway + example upstream + Redis, Ctrl-C stops all) and `make test`.
 SHELL := /bin/bash
 DEBIAN_PACKAGES := libssl-dev libcbor-dev libcurl4-openssl-dev libuv1-dev libhttp-parser-dev libyaml-dev \
-                   pkg-config redis-server python3 python3-cryptography openssl prometheus curl libnghttp2-dev nghttp2-client
+                   pkg-config redis-server python3 python3-cryptography openssl prometheus curl libnghttp2-dev nghttp2-client python3-h2
 .PHONY: deps build test run demo clean
 
 deps:

@@ -52,7 +52,9 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard !closed, !closing else { return }
-        if let reason = session.receive(bytes) { return cut(reason, code: nil) }
+        if let reason = session.receive(bytes) {
+            return cut(reason, code: reason == "compression_error" ? .compressionError : reason == "protocol_error" ? .protocolError : .enhanceYourCalm)
+        }
         scheduleFlush()
     }
 
@@ -85,7 +87,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
                 return !socketFull
             }
         }
-        if session.isFinished || (closing && socket.queuedBytes == 0) { close() }
+        if session.isFinished && !closing { close() }
     }
 
     // MARK: - Session events
@@ -133,34 +135,35 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     /// A stream that stopped taking its response within `send_timeout_ms` (a zero window held shut).
     func streamStalled(_ id: Int32) {
-        shared.handler.http2Protection(reason: "stalled_stream")
+        shared.handler.http2Protection(reason: HTTP2Protections.stalledStream)
         session.reset(id, .cancel)
         scheduleFlush()
     }
 
     // MARK: - Ending
 
-    /// A misbehaving client: counted, told why (GOAWAY; nghttp2 already queued one for its own fatal errors), closed
-    /// once that is out. Its open streams end as aborted.
-    private func cut(_ reason: String, code: HTTP2Session.ErrorCode?) {
+    /// A misbehaving client: counted, told why (GOAWAY), closed once that is out. Its open streams end as aborted.
+    private func cut(_ reason: String, code: HTTP2Session.ErrorCode) {
         guard !closing, !closed else { return }
         closing = true
         shared.handler.http2Protection(reason: reason)
-        if let code { session.goAway(code) }
-        socket.stopReading()
+        session.goAway(code)
         for stream in Array(streams.values) { stream.connectionClosed() }
         streams = [:]
         flush()
-        // The GOAWAY goes out within the send timeout or the connection goes anyway.
-        idleTimer.start(milliseconds: shared.limits.sendTimeoutMs)
+        // What the client still sends is read and dropped for a moment: closing with unread input would reset the
+        // connection, and the client could lose the GOAWAY that says why.
+        idleTimer.start(milliseconds: min(shared.limits.sendTimeoutMs, Self.lingerMs))
     }
+
+    static let lingerMs = 1000
 
     private func idleTimedOut() {
         guard !closing, streams.isEmpty else { return close() }
         session.shutdownGracefully()
         closing = true
         flush()
-        idleTimer.start(milliseconds: shared.limits.sendTimeoutMs)
+        idleTimer.start(milliseconds: min(shared.limits.sendTimeoutMs, Self.lingerMs))
     }
 
     func closeIfIdle() {
@@ -184,7 +187,11 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 /// Why an HTTP/2 connection (or stream) was cut: the `reason` label of `HTTPHandler.http2Protection`.
 public enum HTTP2Protections {
     public static let reasons = ["rapid_reset", "control_flood", "frame_flood", "continuation_flood", "compression_error",
-                                 "protocol_error", "header_list_too_large", "stalled_stream", "internal_error"]
+                                 "protocol_error", "header_list_too_large", stalledStream, internalError]
+    /// A stream reset for holding a zero window past `send_timeout_ms` (the connection goes on).
+    static let stalledStream = "stalled_stream"
+    /// The gateway could not set up HTTP/2 for the connection (out of memory).
+    static let internalError = "internal_error"
 }
 
 /// Token buckets per kind of frame that makes no progress: `burst` at once, `perSecond` refilled.

@@ -173,7 +173,7 @@ final class ServerShared: @unchecked Sendable {
         do {
             upgraded = try HTTP2Connection(socket: socket, shared: self, loop: connection.loop, tls: tls)
         } catch {
-            handler.http2Protection(reason: "internal_error")
+            handler.http2Protection(reason: HTTP2Protections.internalError)
             return connection.close()
         }
         connection.handOver()

@@ -21,8 +21,7 @@ final class ListenerTLSTests: XCTestCase {
     @discardableResult
     private func start(extraTLS: String = "", extraServer: String = "") throws -> GatewayEnvironment {
         certificates = try TestCertificates()
-        let tls = "{ cert_file: \"\(certificates.serverCertFile)\", key_file: \"\(certificates.serverKeyFile)\"\(extraTLS) }"
-        environment = try GatewayEnvironment(extra: "server: { tls: \(tls)\(extraServer) }")
+        environment = try GatewayEnvironment.overTLS(certificates, extraTLS: extraTLS, extraServer: extraServer)
         return environment
     }
 
@@ -201,17 +200,29 @@ final class ListenerTLSTests: XCTestCase {
     }
 }
 
-/// curl over TLS to the gateway, checking its certificate against the test CA: one handshake per request.
+extension GatewayEnvironment {
+    /// A gateway on TLS with the test CA's `localhost` certificate by default; `extraTLS` and `extraServer` are
+    /// flow-mapping entries added to `server.tls` and `server`.
+    static func overTLS(_ certificates: TestCertificates, extraTLS: String = "", extraServer: String = "",
+                        routes: String = GatewayEnvironment.defaultRoutes) throws -> GatewayEnvironment {
+        let tls = "{ cert_file: \"\(certificates.serverCertFile)\", key_file: \"\(certificates.serverKeyFile)\"\(extraTLS) }"
+        return try GatewayEnvironment(routes: routes, extra: "server: { tls: \(tls)\(extraServer) }")
+    }
+}
+
+/// curl over TLS to the gateway, checking its certificate against the test CA: one handshake per request, HTTP/1.1
+/// unless `http2`.
 struct TLSCurl {
     let port: Int
     let caFile: String
     let serverName: String
     let directory: String
+    var http2 = false
 
     func send(_ request: UpstreamRequest) throws -> Reply {
         let id = UUID().uuidString
         let (bodyFile, headFile, outFile) = ("\(directory)/req-\(id)", "\(directory)/head-\(id)", "\(directory)/out-\(id)")
-        var arguments = ["-sS", "--http1.1", "--max-time", "10", "--cacert", caFile, "--resolve", "\(serverName):\(port):127.0.0.1",
+        var arguments = ["-sS", http2 ? "--http2" : "--http1.1", "--max-time", "10", "--cacert", caFile, "--resolve", "\(serverName):\(port):127.0.0.1",
                          "-X", request.method, "-D", headFile, "-o", outFile]
         for header in request.headers { arguments += ["-H", header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)"] }
         if !request.body.isEmpty {

@@ -1,0 +1,131 @@
+import DeviceSimulator
+import Foundation
+import TestSupport
+import Upstream
+import XCTest
+
+/// HTTP/2 over the real binary with clients that are not ours (curl --http2, Python's h2): the same route → decide →
+/// forward → log path as HTTP/1.1, SSE relayed as it arrives, a stream left unread beside one that completes,
+/// prior-knowledge h2c, and the known attacks each answered with GOAWAY (or a reset), counted, and leaving the
+/// gateway answering others with bounded memory.
+final class ListenerHTTP2Tests: XCTestCase {
+    private var certificates: TestCertificates!
+    private var environment: GatewayEnvironment!
+
+    static let routes = """
+          - { path_prefix: "/secure/", upstream: echo, policy: assert }
+          - { path_prefix: "/closed/", policy: deny }
+          - { path_prefix: "/v1/ai/", upstream: api, policy: pass }
+          - { path: "/bytes", upstream: api, policy: pass }
+          - { path: "/slow", upstream: api, policy: pass }
+          - { path_prefix: "/", upstream: echo, policy: pass }
+    """
+
+    override func setUpWithError() throws {
+        guard H2Client.isAvailable else { throw XCTSkip("Python's h2 package is missing (Debian python3-h2: make deps)") }
+        certificates = try TestCertificates()
+    }
+
+    override func tearDown() {
+        environment?.stop()
+        super.tearDown()
+    }
+
+    private func start(extraServer: String = "") throws {
+        environment = try GatewayEnvironment.overTLS(certificates, extraServer: extraServer, routes: Self.routes)
+    }
+
+    private func h2(_ mode: String, _ path: String = "/echo/probe") throws -> [String] {
+        try H2Client.run(mode, port: environment.gateway.port, caFile: certificates.caFile, path: path)
+    }
+
+    private func protections(_ reason: String, atLeast count: Double) throws -> Double? {
+        let series = "gateway_http2_protections_total{reason=\"\(reason)\"}"
+        let text = try environment.metrics { (MetricsText.sample(series, in: $0) ?? 0) >= count }
+        return MetricsText.sample(series, in: text)
+    }
+
+    func testRoutesOverHTTP2GoThroughTheSamePathAsHTTP1() throws {
+        try start()
+        let curl = TLSCurl(port: environment.gateway.port, caFile: certificates.caFile, serverName: "localhost",
+                           directory: environment.directory, http2: true)
+        let app = AppClient(device: try SimulatedDevice(ca: environment.ca, appID: GatewayEnvironment.app, environment: .development),
+                            transport: curl.send)
+        XCTAssertEqual(try app.register().status, 200)
+        let signed = try app.send(app.signed("POST", "/secure/feed", body: Array("signed over h2".utf8)))
+        XCTAssertEqual(signed.status, 200, signed.text)
+        XCTAssertEqual(signed.forwarded("x-attest-status"), ["verified"])
+        XCTAssertEqual(signed.forwarded("x-forwarded-proto"), ["https"])
+        XCTAssertEqual(signed.json["body_base64"] as? String, Data("signed over h2".utf8).base64EncodedString())
+        let replayed = try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/secure/feed", headers: []))
+        XCTAssertEqual(replayed.status, 401)
+        XCTAssertEqual(replayed.error, "assertion_missing")
+        XCTAssertEqual(try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/closed/x", headers: [])).error, "route_denied")
+        let cookies = try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/echo/c", headers: [HTTPField("Cookie", "a=1; b=2")]))
+        XCTAssertEqual(cookies.forwarded("cookie"), ["a=1; b=2"], "cookie crumbs are joined for the HTTP/1.1 upstream")
+        let line = environment.gateway.waitForEvent { $0["path"] as? String == "/secure/feed" && $0["status"] as? Int == 200 }
+        XCTAssertEqual(line?["protocol"] as? String, "HTTP/2")
+        XCTAssertEqual(line?["alpn"] as? String, "h2")
+        XCTAssertEqual(line?["decision"] as? String, "verified")
+        let denied = environment.gateway.waitForEvent { $0["path"] as? String == "/closed/x" }
+        XCTAssertEqual(denied?["reason"] as? String, "route_denied")
+        XCTAssertEqual(denied?["protocol"] as? String, "HTTP/2")
+    }
+
+    func testAnSSEResponseIsRelayedAsItArrivesAndAnUnreadStreamDoesNotHoldAnother() throws {
+        try start(extraServer: ", send_timeout_ms: 1500")
+        // 3 events 300 ms apart (the test upstream's total timeout is 1500 ms).
+        let events = try h2("sse", "/v1/ai/stream?events=3&interval_ms=300")
+        let times = events.filter { $0.hasPrefix("event ") }.compactMap { Double($0.split(separator: " ")[1]) }
+        XCTAssertEqual(times.count, 4, "3 tokens and [DONE]: \(events)")
+        if let first = times.first, let last = times.last {
+            XCTAssertGreaterThan(last - first, 0.6, "events arrive as the upstream sends them, not at the end: \(events)")
+        }
+        // Stream A (3 MB, never given window) stalls; stream B on the same connection completes meanwhile.
+        let stall = try h2("stall", "/bytes?n=3000000")
+        XCTAssertTrue(stall.contains { $0.hasPrefix("b-done ") }, "\(stall)")
+        let reset = try XCTUnwrap(stall.first { $0.hasPrefix("reset a ") }, "\(stall)").split(separator: " ")
+        XCTAssertEqual(reset[2], "8", "the stalled stream is cancelled at send_timeout_ms: \(stall)")
+        XCTAssertLessThanOrEqual(Int(reset[3]) ?? .max, 70_000, "it got no more than its window: \(stall)")
+        XCTAssertEqual(try protections("stalled_stream", atLeast: 1), 1)
+        let line = environment.gateway.waitForEvent { $0["path"] as? String == "/bytes" }
+        XCTAssertEqual(line?["outcome"] as? String, "timeout")
+    }
+
+    func testAttacksAreAnsweredWithGOAWAYCountedAndOthersStillServed() throws {
+        try start()
+        func rss() throws -> Double {
+            try XCTUnwrap(MetricsText.sample("process_resident_memory_bytes", in: environment.admin("/metrics").text))
+        }
+        XCTAssertEqual(try h2("get").first, "status 200")
+        let before = try rss()
+        for (mode, reason) in [("rapid_reset", "rapid_reset"), ("ping_flood", "control_flood"), ("settings_flood", "control_flood")] {
+            let seen = try h2(mode, "/slow?ms=2000")
+            XCTAssertTrue(seen.contains("goaway 11"), "\(mode): ENHANCE_YOUR_CALM expected, got \(seen)")
+            XCTAssertGreaterThanOrEqual(try protections(reason, atLeast: 1) ?? 0, 1, mode)
+            XCTAssertEqual(try h2("get").first, "status 200", "a new connection is served after \(mode)")
+        }
+        let continuation = try h2("continuation_flood")
+        XCTAssertTrue(continuation.contains { $0.hasPrefix("goaway") || $0 == "closed" }, "\(continuation)")
+        XCTAssertEqual(try protections("continuation_flood", atLeast: 1), 1)
+        // An HPACK bomb: 800 KB of headers from a few KB on the wire, answered 431; the connection goes on.
+        let bomb = try h2("header_bomb")
+        XCTAssertEqual(bomb.filter { $0.hasPrefix("status") }, ["status 431", "status 200"], "\(bomb)")
+        XCTAssertEqual(try h2("get").first, "status 200")
+        let after = try rss()
+        XCTAssertLessThan(after - before, 64 * 1024 * 1024, "memory stays bounded: \(before) → \(after)")
+        XCTAssertFalse(environment.gateway.process.lines.contains { $0.contains("rapid_reset") }, "counted, not logged per connection")
+    }
+
+    func testPriorKnowledgeH2CBesideHTTP1OnAPlainListener() throws {
+        environment = try GatewayEnvironment(routes: Self.routes, extra: "server: { h2c: true }")
+        let h2c = try H2Client.run("get", port: environment.gateway.port, caFile: nil, path: "/echo/h2c")
+        XCTAssertEqual(h2c.first, "status 200", "\(h2c)")
+        let plain = try environment.request("GET", "/echo/h1")
+        XCTAssertEqual(plain.status, 200, "HTTP/1.1 still works on the same port")
+        XCTAssertEqual(plain.forwarded("x-forwarded-proto"), ["http"])
+        let line = environment.gateway.waitForEvent { $0["path"] as? String == "/echo/h2c" }
+        XCTAssertEqual(line?["protocol"] as? String, "HTTP/2")
+        XCTAssertNil(line?["tls_version"])
+    }
+}
