@@ -20,6 +20,8 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     private var streams: [Int32: HTTP2Stream] = [:]
     private var idleTimer: LoopTimer!
     private var flushScheduled = false
+    /// Inside `session.receive`: nghttp2 must not be asked to send (nor the socket closed) from its own callbacks.
+    private var receiving = false
     private var closed = false
     /// GOAWAY was sent for a misbehaving client: close once it is out.
     private var closing = false
@@ -52,7 +54,10 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard !closed, !closing else { return }
-        if let reason = session.receive(bytes) {
+        receiving = true
+        let failure = session.receive(bytes)
+        receiving = false
+        if let reason = failure {
             return cut(reason, code: reason == "compression_error" ? .compressionError : reason == "protocol_error" ? .protocolError : .enhanceYourCalm)
         }
         scheduleFlush()
@@ -80,6 +85,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     private func flush() {
         flushScheduled = false
         guard !closed else { return }
+        guard !receiving else { return scheduleFlush() }
         // What the socket has not taken yet bounds what is serialised: a client that does not read holds no more.
         if !socketFull {
             session.send { bytes in
@@ -175,6 +181,10 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     func close() {
         guard !closed else { return }
+        guard !receiving else {
+            loop.executeOnLoop { [weak self] in self?.close() }
+            return
+        }
         closed = true
         idleTimer.close()
         for stream in Array(streams.values) { stream.connectionClosed() }
