@@ -406,3 +406,5 @@ echo
 report table "$work" "$out"
 echo
 echo "bench: wrote $out in $(( $(date +%s) - bench_start )) s"
+# HTTP/2 over TLS against nginx the same way (its own services and table: bench/h2.sh).
+if [ "${BENCH_H2:-1}" = 1 ]; then BENCH_DURATION=$duration bench/h2.sh; fi

@@ -303,7 +303,11 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     /// nghttp2 asks for the next DATA frame's bytes.
     func fill(_ buffer: UnsafeMutableRawBufferPointer) -> HTTP2Session.DataChunk {
         let available = outgoing.count - sentOffset
-        guard available > 0 else { return responseEnded ? .bytes(0, last: true) : .deferred }
+        guard available > 0 else {
+            guard responseEnded else { return .deferred }
+            if !bodyComplete { connection?.session.reset(id, .noError) }
+            return .bytes(0, last: true)
+        }
         let count = min(available, buffer.count)
         outgoing.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[sentOffset..<sentOffset + count])) }
         sentOffset += count
@@ -315,7 +319,11 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
             timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
         }
         if left <= HTTPConnection.lowWatermark { loop.executeOnLoop { [weak self] in self?.connectionWritable() } }
-        return .bytes(count, last: left == 0 && responseEnded)
+        let last = left == 0 && responseEnded
+        // A whole response before the whole request (a refusal, a deny route): the client is asked to stop sending
+        // (RFC 9113 §8.1); queued now, the reset goes out after this last DATA frame.
+        if last, !bodyComplete { connection?.session.reset(id, .noError) }
+        return .bytes(count, last: last)
     }
 
     func abort(_ outcome: ExchangeOutcome) {
@@ -359,7 +367,8 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         connection?.session.consumedOnConnection(inbound.count)
         inbound = []
         guard let exchange else { return }
-        if errorCode == 0, responseEnded, outgoing.count == sentOffset {
+        // A HEAD (or 204/304) answer is whole once its HEADERS went out, whenever the handler says it is done.
+        if errorCode == 0, responseEnded || headOnly && responseStarted, outgoing.count == sentOffset {
             finish(exchange, outcomeOverride ?? .completed)
         } else {
             clientLeft(exchange, .clientAborted)

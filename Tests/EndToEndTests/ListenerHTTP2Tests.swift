@@ -61,6 +61,11 @@ final class ListenerHTTP2Tests: XCTestCase {
         XCTAssertEqual(replayed.status, 401)
         XCTAssertEqual(replayed.error, "assertion_missing")
         XCTAssertEqual(try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/closed/x", headers: [])).error, "route_denied")
+        // Bodies many windows long both ways: the upload is let in as the upstream takes it.
+        let big = (0..<900_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let bulk = try curl.send(UpstreamRequest(method: "PUT", pathAndQuery: "/echo/big", headers: [], body: big))
+        XCTAssertEqual(bulk.status, 200)
+        XCTAssertEqual(bulk.json["body_base64"] as? String, Data(big).base64EncodedString(), "the body arrived intact")
         let cookies = try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/echo/c", headers: [HTTPField("Cookie", "a=1; b=2")]))
         XCTAssertEqual(cookies.forwarded("cookie"), ["a=1; b=2"], "cookie crumbs are joined for the HTTP/1.1 upstream")
         let line = environment.gateway.waitForEvent { $0["path"] as? String == "/secure/feed" && $0["status"] as? Int == 200 }
@@ -97,7 +102,9 @@ final class ListenerHTTP2Tests: XCTestCase {
         func rss() throws -> Double {
             try XCTUnwrap(MetricsText.sample("process_resident_memory_bytes", in: environment.admin("/metrics").text))
         }
-        XCTAssertEqual(try h2("get").first, "status 200")
+        let probe = try h2("get")
+        XCTAssertEqual(probe.first, "status 200")
+        XCTAssertTrue(probe.contains("settings 100 65536"), "max_concurrent_streams and the stream window are announced: \(probe)")
         let before = try rss()
         for (mode, reason) in [("rapid_reset", "rapid_reset"), ("ping_flood", "control_flood"), ("settings_flood", "control_flood")] {
             let seen = try h2(mode, "/slow?ms=2000")

@@ -111,6 +111,7 @@ if mode == "get":
             state["done"] = True
     pump(handle, lambda: state["done"])
     print("body", len(body), round(time.time() - start, 3), flush=True)
+    print("settings", conn.remote_settings.max_concurrent_streams, conn.remote_settings.initial_window_size, flush=True)
 
 elif mode == "sse":
     sid = request(path)
