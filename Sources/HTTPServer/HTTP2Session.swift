@@ -33,7 +33,7 @@ final class HTTP2Session {
 
     /// RFC 9113 error codes the gateway sends.
     enum ErrorCode: UInt32 {
-        case noError = 0x0, protocolError = 0x1, internalError = 0x2, refusedStream = 0x7, cancel = 0x8, compressionError = 0x9, enhanceYourCalm = 0xB
+        case noError = 0x0, protocolError = 0x1, internalError = 0x2, cancel = 0x8, compressionError = 0x9, enhanceYourCalm = 0xB
     }
 
     struct Settings {

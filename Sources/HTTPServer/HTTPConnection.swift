@@ -129,7 +129,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
             if fresh, shared.limits.h2c, !isTLS {
                 inbound.append(contentsOf: bytes)
                 let preface = HTTP2Connection.preface
-                if inbound.starts(with: preface.prefix(inbound.count)) || inbound.starts(with: preface) {
+                if inbound.starts(with: preface.prefix(inbound.count)) {
                     // Prior-knowledge HTTP/2 (`server.h2c`): once the whole preface is in, HTTP/2 takes over.
                     if inbound.count >= preface.count { shared.upgrade(self, to: socket, tls: nil, initial: inbound) }
                     return

@@ -320,7 +320,7 @@ private enum OpenSSLError {
 /// One TLS connection held in memory: ciphertext goes in and comes out through two memory BIOs, plaintext
 /// through SSL_read / SSL_write. Loop thread only.
 public final class TLSSession {
-    public enum Outcome {
+    enum Outcome {
         /// Done; the byte count for a read or a write.
         case ok(Int)
         /// OpenSSL needs more ciphertext from the peer first.

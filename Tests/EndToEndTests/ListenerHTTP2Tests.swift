@@ -124,6 +124,27 @@ final class ListenerHTTP2Tests: XCTestCase {
         XCTAssertFalse(environment.gateway.process.lines.contains { $0.contains("rapid_reset") }, "counted, not logged per connection")
     }
 
+    func testADrainLetsAnOpenStreamFinish() throws {
+        try start()
+        // curl: it finishes a stream below a graceful GOAWAY's last stream id (Python's h2 stops at any GOAWAY).
+        let curl = TLSCurl(port: environment.gateway.port, caFile: certificates.caFile, serverName: "localhost",
+                           directory: environment.directory, http2: true)
+        // Written by the client's thread before it signals, read after the wait.
+        nonisolated(unsafe) var status = 0
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            status = (try? curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/slow?ms=800", headers: [])))?.status ?? -1
+            done.signal()
+        }
+        XCTAssertNotNil(environment.gateway.waitForEvent { _ in
+            (try? self.environment.admin("/metrics").text).flatMap { MetricsText.sample("gateway_in_flight_requests", in: $0) } == 1
+        }, "the request is in flight")
+        environment.gateway.process.signal(SIGTERM)
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(status, 200, "the stream open when the drain began completes")
+        XCTAssertEqual(environment.gateway.process.waitForExit(timeout: 10), 0)
+    }
+
     func testPriorKnowledgeH2CBesideHTTP1OnAPlainListener() throws {
         environment = try GatewayEnvironment(routes: Self.routes, extra: "server: { h2c: true }")
         let h2c = try H2Client.run("get", port: environment.gateway.port, caFile: nil, path: "/echo/h2c")

@@ -119,6 +119,20 @@ final class ListenerTLSTests: XCTestCase {
         XCTAssertEqual(line?["alpn"] as? String, "http/1.1")
     }
 
+    func testAClientsForwardedProtoReachesTheUpstreamOnlyFromATrustedProxy() throws {
+        environment = try GatewayEnvironment(extra: "server: { trusted_proxies: [\"127.0.0.2\"] }")
+        let claims = [HTTPField("X-Forwarded-Proto", "https"), HTTPField("Forwarded", "for=192.0.2.1;proto=https")]
+        let plain = try environment.request("GET", "/echo/p", headers: claims)
+        XCTAssertEqual(plain.forwarded("x-forwarded-proto"), ["http"], "a client over plain HTTP cannot claim https")
+        XCTAssertEqual(plain.forwarded("forwarded"), ["for=127.0.0.1;proto=http"])
+        let config = try String(contentsOfFile: environment.gateway.configPath, encoding: .utf8)
+        try environment.gateway.reload(config.replacing("127.0.0.2", with: "127.0.0.1"))
+        XCTAssertNotNil(environment.gateway.waitForEvent { $0["event"] as? String == "config_reloaded" })
+        let proxied = try environment.request("GET", "/echo/p", headers: claims)
+        XCTAssertEqual(proxied.forwarded("x-forwarded-proto"), ["https, http"], "a trusted proxy's word is kept, the gateway's appended")
+        XCTAssertEqual(proxied.forwarded("forwarded"), ["for=192.0.2.1;proto=https, for=127.0.0.1;proto=http"])
+    }
+
     func testSIGHUPSwapsTheCertificateForNewConnectionsWhileAnOpenOneKeepsWorking() throws {
         try start()
         let config = try String(contentsOfFile: environment.gateway.configPath, encoding: .utf8)
