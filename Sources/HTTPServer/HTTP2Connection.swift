@@ -19,6 +19,10 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     let session: HTTP2Session
     private var streams: [Int32: HTTP2Stream] = [:]
     private var idleTimer: LoopTimer!
+    /// While streams are open: checks their deadlines (header, body and send timeouts) every `sweepMs`.
+    private var sweepTimer: LoopTimer!
+    private var sweeping = false
+    static let sweepMs = 100
     private var flushScheduled = false
     /// Inside `session.receive`: nghttp2 must not be asked to send (nor the socket closed) from its own callbacks.
     private var receiving = false
@@ -37,6 +41,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
                                                                   maxHeaderListBytes: shared.limits.maxHeaderBytes))
         session.delegate = self
         idleTimer = LoopTimer(loop) { [unowned self] in idleTimedOut() }
+        sweepTimer = LoopTimer(loop) { [unowned self] in sweep() }
         socket.delegate = self
     }
 
@@ -102,6 +107,15 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         guard !closing else { return }
         idleTimer.stop()
         streams[id] = HTTP2Stream(id: id, connection: self)
+        if !sweeping {
+            sweeping = true
+            sweepTimer.start(milliseconds: Self.sweepMs, repeatMs: Self.sweepMs)
+        }
+    }
+
+    private func sweep() {
+        let now = loop.nowMs
+        for stream in Array(streams.values) where stream.deadline <= now { stream.timedOut() }
     }
 
     func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
@@ -123,7 +137,11 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     func streamClosed(_ id: Int32, errorCode: UInt32) {
         streams.removeValue(forKey: id)?.closed(errorCode: errorCode)
-        if streams.isEmpty, !closed { idleTimer.start(milliseconds: shared.limits.keepaliveTimeoutMs) }
+        if streams.isEmpty, !closed {
+            sweepTimer.stop()
+            sweeping = false
+            idleTimer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
+        }
     }
 
     func controlFrame(_ kind: HTTP2Session.ControlFrame) {
@@ -187,6 +205,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         }
         closed = true
         idleTimer.close()
+        sweepTimer.close()
         for stream in Array(streams.values) { stream.connectionClosed() }
         streams = [:]
         socket.close()

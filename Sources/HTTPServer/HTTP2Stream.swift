@@ -10,7 +10,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     private weak var connection: HTTP2Connection?
     private let shared: ServerShared
     private let loop: EventLoop
-    private var timer: LoopTimer!
+    /// When the current wait (`waiting`) times out, in the loop's milliseconds; the connection's sweep checks it
+    /// (one timer per connection, not one per stream).
+    private(set) var deadline = UInt64.max
     private enum Waiting { case headers, body, send, nothing }
     private var waiting = Waiting.headers
 
@@ -52,8 +54,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         self.connection = connection
         shared = connection.shared
         loop = connection.loop
-        timer = LoopTimer(loop) { [unowned self] in timedOut() }
-        timer.start(milliseconds: shared.limits.headerTimeoutMs)
+        arm(shared.limits.headerTimeoutMs)
     }
 
     // MARK: - Request head
@@ -79,7 +80,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     }
 
     func headersDone(endStream: Bool) {
-        timer.stop()
+        disarm()
         waiting = .nothing
         bodyComplete = endStream
         let method = pseudo[":method"] ?? "-", target = pseudo[":path"] ?? "-"
@@ -156,7 +157,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         } else {
             inbound.append(contentsOf: bytes)  // at most the stream's window: the client may send no more
         }
-        if bodyEnd != nil { timer.start(milliseconds: shared.limits.bodyTimeoutMs) }
+        if bodyEnd != nil { arm(shared.limits.bodyTimeoutMs) }
     }
 
     func bodyDone() {
@@ -200,7 +201,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         (bodyLimit, self.sink, bodyEnd) = (limit, sink, end)
         waiting = .body
         deliver()
-        if bodyEnd != nil { timer.start(milliseconds: shared.limits.bodyTimeoutMs) }
+        if bodyEnd != nil { arm(shared.limits.bodyTimeoutMs) }
     }
 
     func resumeBody() {
@@ -226,7 +227,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         (bodyEnd, sink, paused) = (nil, nil, false)
         if waiting == .body {
             waiting = .nothing
-            timer.stop()
+            disarm()
         }
         end(error)
     }
@@ -283,7 +284,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         connection?.session.resumeData(id)
         connection?.scheduleFlush()
         waiting = .send
-        timer.start(milliseconds: shared.limits.sendTimeoutMs)
+        arm(shared.limits.sendTimeoutMs)
         return canWrite
     }
 
@@ -314,9 +315,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         let left = outgoing.count - sentOffset
         if left == 0 {
             (outgoing, sentOffset) = ([], 0)
-            if waiting == .send { timer.stop() }
+            if waiting == .send { disarm() }
         } else {
-            timer.start(milliseconds: shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
+            arm(shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
         }
         if left <= HTTPConnection.lowWatermark { loop.executeOnLoop { [weak self] in self?.connectionWritable() } }
         let last = left == 0 && responseEnded
@@ -362,7 +363,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     func closed(errorCode: UInt32) {
         guard !streamClosed else { return }
         streamClosed = true
-        timer.close()
+        disarm()
         // Bytes the consumer never took go back to the connection's window.
         connection?.session.consumedOnConnection(inbound.count)
         inbound = []
@@ -402,7 +403,12 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         callback?(outcome)
     }
 
-    private func timedOut() {
+    private func arm(_ milliseconds: Int) { deadline = loop.nowMs + UInt64(milliseconds) }
+    private func disarm() { deadline = .max }
+
+    /// The connection's sweep found `deadline` passed.
+    func timedOut() {
+        disarm()
         switch waiting {
         case .headers:
             // A header block left unfinished blocks the whole connection (no other frame may come between).
