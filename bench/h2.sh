@@ -39,7 +39,7 @@ source bench/nginx.sh
 nginx_instance upstream auto "
   server { listen 127.0.0.1:$upstream_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
 nginx_instance front auto "
-  upstream fast { server 127.0.0.1:$upstream_port; keepalive 256; }
+  upstream fast { server 127.0.0.1:$upstream_port; keepalive 1024; }
   server {
     listen 127.0.0.1:$nginx_port ssl http2;
     ssl_certificate $work/server.crt; ssl_certificate_key $work/server.key;
@@ -52,7 +52,7 @@ listen: "127.0.0.1:$gateway_port"
 admin_listen: "127.0.0.1:$admin_port"
 server: { tls: { cert_file: "$work/server.crt", key_file: "$work/server.key" } }
 app_attest: { apps: ["BENCH12345.com.example.bench"] }
-upstreams: { fast: { url: "http://127.0.0.1:$upstream_port", max_idle_connections: 512 } }
+upstreams: { fast: { url: "http://127.0.0.1:$upstream_port", max_idle_connections: 2048 } }
 routes: [{ path_prefix: "/pass/", upstream: fast, policy: pass }]
 EOF
 "$gateway" serve --config "$work/gateway.yaml" > /dev/null 2> "$work/logs/gateway.err" &
