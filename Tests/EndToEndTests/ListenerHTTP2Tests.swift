@@ -98,7 +98,7 @@ final class ListenerHTTP2Tests: XCTestCase {
     }
 
     func testAttacksAreAnsweredWithGOAWAYCountedAndOthersStillServed() throws {
-        try start()
+        try start(extraServer: ", header_timeout_ms: 1000")
         func rss() throws -> Double {
             try XCTUnwrap(MetricsText.sample("process_resident_memory_bytes", in: environment.admin("/metrics").text))
         }
@@ -110,8 +110,16 @@ final class ListenerHTTP2Tests: XCTestCase {
             let seen = try h2(mode, "/slow?ms=2000")
             XCTAssertTrue(seen.contains("goaway 11"), "\(mode): ENHANCE_YOUR_CALM expected, got \(seen)")
             XCTAssertGreaterThanOrEqual(try protections(reason, atLeast: 1) ?? 0, 1, mode)
-            XCTAssertEqual(try h2("get").first, "status 200", "a new connection is served after \(mode)")
+            let probe = try h2("get")
+            XCTAssertEqual(probe.first, "status 200", "a new connection is served after \(mode)")
+            let seconds = probe.first { $0.hasPrefix("body ") }.flatMap { Double($0.split(separator: " ")[2]) } ?? 99
+            XCTAssertLessThan(seconds, 5, "and promptly: \(probe)")
         }
+        // A header block left unfinished holds the connection until header_timeout_ms, then it is closed.
+        let partial = try h2("partial_headers")
+        XCTAssertTrue(partial.contains("closed"), "\(partial)")
+        let after = partial.first { $0.hasPrefix("after ") }.flatMap { Double($0.split(separator: " ")[1]) } ?? 99
+        XCTAssertTrue((0.8..<10).contains(after), "closed at the header timeout (1000 ms): \(partial)")
         let continuation = try h2("continuation_flood")
         XCTAssertTrue(continuation.contains { $0.hasPrefix("goaway") || $0 == "closed" }, "\(continuation)")
         XCTAssertEqual(try protections("continuation_flood", atLeast: 1), 1)
@@ -119,8 +127,8 @@ final class ListenerHTTP2Tests: XCTestCase {
         let bomb = try h2("header_bomb")
         XCTAssertEqual(bomb.filter { $0.hasPrefix("status") }, ["status 431", "status 200"], "\(bomb)")
         XCTAssertEqual(try h2("get").first, "status 200")
-        let after = try rss()
-        XCTAssertLessThan(after - before, 64 * 1024 * 1024, "memory stays bounded: \(before) → \(after)")
+        let grown = try rss() - before
+        XCTAssertLessThan(grown, 64 * 1024 * 1024, "memory stays bounded: \(grown) bytes more")
         XCTAssertFalse(environment.gateway.process.lines.contains { $0.contains("rapid_reset") }, "counted, not logged per connection")
     }
 

@@ -6,7 +6,7 @@ import Foundation
 public enum H2Client {
     public static var isAvailable: Bool { (try? Command.run("python3", ["-c", "import h2"]).status) == 0 }
 
-    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, header_bomb, get.
+    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get.
     public static func run(_ mode: String, port: Int, caFile: String?, path: String = "/", timeout: TimeInterval = 30) throws -> [String] {
         let result = try Command.run("python3", ["-c", script, mode, String(port), caFile ?? "-", path], timeout: timeout)
         return result.output.split(separator: "\n").map(String.init)
@@ -179,6 +179,21 @@ elif mode == "continuation_flood":
             break
     sock.settimeout(10)
     pump(lambda event: None, lambda: False)
+
+elif mode == "partial_headers":
+    # A header block begun (HEADERS without END_HEADERS) and never finished: the connection is stuck until closed.
+    # The server's SETTINGS acknowledged first: nothing else may be sent once the block is open.
+    conn.receive_data(sock.recv(65536))
+    sock.sendall(conn.data_to_send())
+    block = conn.encoder.encode([(":method", "GET"), (":path", "/"), (":scheme", "https"), (":authority", "localhost")])
+    sock.sendall(struct.pack(">I", len(block))[1:] + bytes([0x1, 0]) + struct.pack(">I", 1) + block)
+    try:
+        while sock.recv(65536):
+            pass
+        print("closed", flush=True)
+    except OSError:
+        print("closed", flush=True)
+    print("after", round(time.time() - start, 3), flush=True)
 
 elif mode == "header_bomb":
     # One 4 KB header repeated: HPACK sends it once, then an index per repeat; decoded it is far over the limit.
