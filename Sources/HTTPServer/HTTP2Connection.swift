@@ -92,14 +92,24 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         guard !closed else { return }
         guard !receiving else { return scheduleFlush() }
         // What the socket has not taken yet bounds what is serialised: a client that does not read holds no more.
+        // nghttp2 hands out one frame at a time: they are gathered and written together (one TLS record and one
+        // system call for a response's HEADERS and DATA, not one per frame).
         if !socketFull {
+            let room = HTTPConnection.highWatermark - socket.queuedBytes
             session.send { bytes in
-                socket.write(bytes)
-                return !socketFull
+                outgoing.append(contentsOf: bytes)
+                return outgoing.count < room
+            }
+            if !outgoing.isEmpty {
+                socket.write(outgoing)
+                if outgoing.capacity > 64 * 1024 { outgoing = [] } else { outgoing.removeAll(keepingCapacity: true) }
             }
         }
         if session.isFinished && !closing { close() }
     }
+
+    /// Frames gathered by `flush` for one write.
+    private var outgoing: [UInt8] = []
 
     // MARK: - Session events
 

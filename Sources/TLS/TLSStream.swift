@@ -216,9 +216,16 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
         pending.withUnsafeBytes { encrypt($0) }
     }
 
+    /// All the records waiting go out in one write (a 64 KiB slice is four of them).
     private func sendCiphertext() {
-        session.drainCiphertext { connection.write($0) }
+        session.drainCiphertext { ciphertext.append(contentsOf: $0) }
+        guard !ciphertext.isEmpty else { return }
+        connection.write(ciphertext)
+        ciphertext.removeAll(keepingCapacity: ciphertext.capacity <= 128 * 1024)
     }
+
+    /// Records gathered by `sendCiphertext` (empty between calls).
+    private var ciphertext: [UInt8] = []
 
     /// A fatal TLS error after the handshake: reading ends with it and writes fail. Reported from the loop, as the
     /// socket's own failures are, never from inside the caller's call.
