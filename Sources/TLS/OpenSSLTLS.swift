@@ -241,8 +241,9 @@ private func configureCommon(_ context: OpaquePointer, minVersion: TLSVersion) t
         throw TLSConfigError("cannot require TLS \(minVersion.rawValue): \(OpenSSLError.take()?.text ?? "unknown error")")
     }
     ctls_SSL_CTX_disable_renegotiation(context)
-    // Plaintext that OpenSSL could not take yet is retried from another buffer, in pieces.
-    ctls_SSL_CTX_set_mode(context, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+    // Plaintext that OpenSSL could not take yet is retried from another buffer, in pieces; an idle session gives
+    // its record buffers back (about half of an idle TLS connection's memory).
+    ctls_SSL_CTX_set_mode(context, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS))
     // A passphrase-protected key fails to load instead of prompting on the terminal.
     SSL_CTX_set_default_passwd_cb(context) { _, _, _, _ in 0 }
 }
