@@ -374,6 +374,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         } else {
             clientLeft(exchange, .clientAborted)
         }
+        // The exchange holds this stream (its channel): the reference back is dropped once the stream is over.
+        self.exchange = nil
+        (writableWaiters, outgoing) = ([], [])
     }
 
     /// The connection went away under the stream.
