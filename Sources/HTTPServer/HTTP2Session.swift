@@ -41,8 +41,9 @@ final class HTTP2Session {
         var maxHeaderListBytes: Int
         /// Per stream: what a client may send ahead of the consumer.
         var streamWindow = 64 * 1024
-        /// All streams of a connection together.
-        var connectionWindow = 1024 * 1024
+        /// All streams of a connection together: what one connection can make the gateway hold in request bodies
+        /// not yet taken (16,384 connections × 256 KiB = 4 GiB at worst; HTTP/1.1 holds 64 KiB of pipelined bytes).
+        var connectionWindow = 256 * 1024
     }
 
     private var session: OpaquePointer?
