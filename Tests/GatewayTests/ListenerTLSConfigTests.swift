@@ -43,16 +43,20 @@ final class ListenerTLSConfigTests: XCTestCase {
         XCTAssertEqual(tls.settings.defaultCertificate.certFile, certificates.serverCertFile)
         XCTAssertEqual(tls.settings.certificates, [TLSServerCertificate(serverNames: ["api.example.test", "*.example.org"],
                                                                         certFile: api.cert, keyFile: api.key)])
+        let spelled = try GatewayConfig.parse(yaml: yaml("{ cert_file: server.crt, key_file: server.key, min_version: TLSv1.3 }"),
+                                              baseDirectory: certificates.directory)
+        XCTAssertEqual(spelled.tls?.settings.minVersion, .tls13, "OpenSSL's spelling is read too")
         let plain = try GatewayConfig.parse(yaml: yaml("{ cert_file: server.crt, key_file: server.key }"), baseDirectory: certificates.directory)
         XCTAssertEqual(plain.tls?.settings.minVersion, .tls12, "TLS 1.2 by default")
         XCTAssertEqual(plain.tls?.handshakeTimeoutMs, 10_000)
     }
 
     func testOldVersionsMismatchedKeysAndBadNamesAreRefused() {
-        for old in ["1.0", "1.1"] {
+        for (old, shown) in [("1.0", "1.0"), ("1.1", "1.1"), ("TLSv1.1", "1.1"), ("TLSv1", "1")] {
             let refused = issues("{ cert_file: server.crt, key_file: server.key, min_version: \"\(old)\" }")
-            XCTAssertTrue(refused.contains { $0.contains("server.tls.min_version") && $0.contains("TLS \(old) is refused") }, "\(refused)")
+            XCTAssertTrue(refused.contains { $0.contains("server.tls.min_version") && $0.contains("TLS \(shown) is refused") }, "\(refused)")
         }
+        XCTAssertTrue(issues("{ cert_file: server.crt, key_file: server.key, min_version: \"2.0\" }").contains { $0.contains("got \"2.0\"") })
         let mismatch = issues("{ cert_file: server.crt, key_file: client.key }")
         XCTAssertTrue(mismatch.contains { $0.contains("server.tls") && $0.contains("does not match") }, "\(mismatch)")
         let missing = issues("{ cert_file: nowhere.crt, key_file: server.key }")

@@ -43,13 +43,15 @@ public struct ListenerTLSConfig: Sendable {
         }
     }
 
+    /// "1.2" or "1.3"; OpenSSL's spelling ("TLSv1.2") is read too.
     private static func readMinVersion(_ value: ConfigValue?) -> TLSVersion {
-        guard let value, let text = value.string() else { return .tls12 }
+        guard let value, let written = value.string() else { return .tls12 }
+        let text = written.lowercased().hasPrefix("tlsv") ? String(written.dropFirst(4)) : written
         if let version = TLSVersion(rawValue: text) { return version }
-        if text == "1.0" || text == "1.1" {
+        if ["1", "1.0", "1.1"].contains(text) {
             value.invalid("TLS \(text) is refused (deprecated by RFC 8996, no modern client needs it): use \"1.2\" or \"1.3\"")
         } else {
-            value.invalid("expected \"1.2\" or \"1.3\", got \"\(text)\"")
+            value.invalid("expected \"1.2\" or \"1.3\", got \"\(written)\"")
         }
         return .tls12
     }
