@@ -1,7 +1,8 @@
 import Foundation
 
-/// PEM files named in the configuration (`redis.tls`, `upstreams.<name>.tls`, `server.tls`): read and checked for shape at start and on
-/// every reload, so a wrong path or a file of the wrong kind is a config error, not a failed handshake later.
+/// PEM files named in the configuration (`redis.tls`, `upstreams.<name>.tls`, `server.tls`): read and checked for
+/// shape at start and on every reload, so a wrong path or a file of the wrong kind is a config error, not a failed
+/// handshake later.
 enum PEMFiles {
     static let maxFileBytes = 1024 * 1024
 
