@@ -294,22 +294,30 @@ public final class P256PrivateKey: @unchecked Sendable, CustomStringConvertible,
 
     /// ES256 as JWS wants it: ECDSA-SHA256 over `message`, as the raw 64-byte R || S (not DER).
     public func es256Signature(for message: [UInt8]) throws(VerificationError) -> [UInt8] {
-        guard let context = EVP_MD_CTX_new() else { throw VerificationError(.badPrivateKey, "out of memory") }
-        defer { EVP_MD_CTX_free(context) }
-        var length = 0
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1,
-              EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
-            ERR_clear_error()
-            throw VerificationError(.badPrivateKey, "cannot sign with this key")
-        }
-        var der = [UInt8](repeating: 0, count: length)
-        guard EVP_DigestSign(context, &der, &length, message, message.count) == 1,
-              let raw = ECDSASignature.raw(fromDER: Array(der.prefix(length))) else {
-            ERR_clear_error()
+        guard let raw = ECDSASignature.raw(fromDER: try sha256DigestSign(key, message)) else {
             throw VerificationError(.badPrivateKey, "signing failed")
         }
         return ECDSASignature.lowS(raw)
     }
+}
+
+/// EVP_DigestSign with SHA-256 over `message` under `key`: the signature as OpenSSL writes it (DER for ECDSA,
+/// PKCS#1 v1.5 for RSA).
+private func sha256DigestSign(_ key: OpaquePointer, _ message: [UInt8]) throws(VerificationError) -> [UInt8] {
+    guard let context = EVP_MD_CTX_new() else { throw VerificationError(.badPrivateKey, "out of memory") }
+    defer { EVP_MD_CTX_free(context) }
+    var length = 0
+    guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1,
+          EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
+        ERR_clear_error()
+        throw VerificationError(.badPrivateKey, "cannot sign with this key")
+    }
+    var signature = [UInt8](repeating: 0, count: length)
+    guard EVP_DigestSign(context, &signature, &length, message, message.count) == 1 else {
+        ERR_clear_error()
+        throw VerificationError(.badPrivateKey, "signing failed")
+    }
+    return Array(signature.prefix(length))
 }
 
 /// The two encodings of a P-256 ECDSA signature: DER ECDSA-Sig-Value (X.509, CMS, App Attest assertions)
@@ -621,21 +629,8 @@ public final class RSAPrivateKey: @unchecked Sendable, CustomStringConvertible, 
 
     /// RS256 (RFC 7518 §3.3): RSASSA-PKCS1-v1_5 with SHA-256 over `message`.
     public func rs256Signature(for message: [UInt8]) throws(VerificationError) -> [UInt8] {
-        guard let context = EVP_MD_CTX_new() else { throw VerificationError(.badPrivateKey, "out of memory") }
-        defer { EVP_MD_CTX_free(context) }
-        var length = 0
         // PKCS#1 v1.5 is OpenSSL's default padding for an RSA EVP_PKEY.
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key) == 1,
-              EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {
-            ERR_clear_error()
-            throw VerificationError(.badPrivateKey, "cannot sign with this key")
-        }
-        var signature = [UInt8](repeating: 0, count: length)
-        guard EVP_DigestSign(context, &signature, &length, message, message.count) == 1 else {
-            ERR_clear_error()
-            throw VerificationError(.badPrivateKey, "signing failed")
-        }
-        return Array(signature.prefix(length))
+        try sha256DigestSign(key, message)
     }
 }
 
