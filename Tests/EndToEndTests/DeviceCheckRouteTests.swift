@@ -6,7 +6,7 @@ import XCTest
 
 /// DeviceCheck on routes, against a fake Apple server that checks the gateway's JWTs and keeps the bits.
 final class DeviceCheckRouteTests: XCTestCase {
-    static let shared = SharedFixture<(apple: FakeAppleServer, environment: GatewayEnvironment)>()
+    static let shared = SharedFixture<(environment: GatewayEnvironment, apple: FakeAppleServer)>()
     var env: GatewayEnvironment { Self.shared.value.environment }
     var apple: FakeAppleServer { Self.shared.value.apple }
 
@@ -24,20 +24,7 @@ final class DeviceCheckRouteTests: XCTestCase {
 
     override class func setUp() {
         super.setUp()
-        shared.make {
-            let apple = try AppleTestKey.fakeApple()
-            let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"
-            try AppleTestKey.pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
-            return (apple, try GatewayEnvironment(routes: routes, apple: """
-            apple:
-              team_id: "\(AppleTestKey.teamID)"
-              key_id: "\(AppleTestKey.keyID)"
-              private_key_path: "\(keyFile)"
-              devicecheck_url: "\(apple.baseURL)"
-              attest_data_url: "\(apple.baseURL)"
-              timeout_ms: 1000
-            """))
-        }
+        shared.make { try GatewayEnvironment.withFakeApple(routes: routes, appleExtra: "\n  timeout_ms: 1000") }
     }
 
     override class func tearDown() {

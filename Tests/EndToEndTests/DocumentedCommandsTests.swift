@@ -11,15 +11,7 @@ final class DocumentedCommandsTests: XCTestCase {
 
     override class func setUp() {
         super.setUp()
-        shared.make {
-            let apple = try AppleTestKey.fakeApple()
-            do {
-                return (try GatewayEnvironment(apple: try GatewayEnvironment.appleSection(apple)), apple)
-            } catch {
-                apple.stop()
-                throw error
-            }
-        }
+        shared.make { try GatewayEnvironment.withFakeApple() }
     }
 
     override class func tearDown() {

@@ -88,6 +88,19 @@ final class GatewayEnvironment: @unchecked Sendable {
         """
     }
 
+    /// A fake Apple and a gateway whose `apple:` section points at it (`appleExtra` appended to the section:
+    /// more keys of it, or further top-level sections); the fake is stopped if the gateway cannot start.
+    static func withFakeApple(routes: String = defaultRoutes, appleExtra: String = "", appAttestExtra: String = "")
+        throws -> (environment: GatewayEnvironment, apple: FakeAppleServer) {
+        let apple = try AppleTestKey.fakeApple()
+        do {
+            return (try GatewayEnvironment(routes: routes, apple: try appleSection(apple) + appleExtra, appAttestExtra: appAttestExtra), apple)
+        } catch {
+            apple.stop()
+            throw error
+        }
+    }
+
     /// An `apple:` section for `apple` (the fake), with the test key written to a file of its own.
     static func appleSection(_ apple: FakeAppleServer) throws -> String {
         let keyFile = TestPaths.temporaryDirectory("apple-key") + "/AuthKey.p8"

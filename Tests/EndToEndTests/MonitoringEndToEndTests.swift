@@ -12,19 +12,17 @@ final class MonitoringEndToEndTests: XCTestCase {
     static let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
     private func environment() throws -> (GatewayEnvironment, FakeAppleServer) {
-        let apple = try AppleTestKey.fakeApple()
         // Every optional section, so every metric family is exported: tokens and Play Integrity too.
         let tokens = try TokenKeys()
         let play = try PlayIntegrityTokenMaker().writeKeys(to: tokens.directory)
         let serviceAccount = try GoogleTestAccount.shared.writeFile(tokenURI: "http://127.0.0.1:\(TestPaths.freePort())/token")
-        let env = try GatewayEnvironment(routes: GatewayEnvironment.defaultRoutes, apple: try GatewayEnvironment.appleSection(apple) + """
+        return try GatewayEnvironment.withFakeApple(appleExtra: """
 
         server: { trusted_proxies: ["127.0.0.1", "10.0.0.0/8"] }
         play_integrity: { package_names: [com.example.android], decryption_key_file: "\(play.decryption)", verification_key_file: "\(play.verification)",
                           service_account_file: "\(serviceAccount)" }
         """,
-                                         appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]\n" + tokens.section())
-        return (env, apple)
+                                                    appAttestExtra: "  debug_tokens: [{ name: ci, sha256: \"\(String(repeating: "ab", count: 32))\" }]\n" + tokens.section())
     }
 
     func testAFreshGatewayExportsZeroSeriesBuildInfoAndProcessMetrics() throws {
