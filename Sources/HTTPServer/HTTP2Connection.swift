@@ -113,14 +113,21 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     // MARK: - Session events
 
-    func streamOpened(_ id: Int32) {
-        guard !closing else { return }
+    func streamOpened(_ id: Int32) -> Bool {
+        guard !closing else { return true }
+        if streams.count >= shared.limits.maxConcurrentStreams {
+            // Past the announced limit: refused, the admitted streams go on. Refusing costs a header block's decoding
+            // and a frame back, as a reset does: a client that keeps at it is a rapid-reset flood.
+            if !meters.resets.take(now: loop.nowMs) { cut("rapid_reset", code: .enhanceYourCalm) }
+            return false
+        }
         idleTimer.stop()
         streams[id] = HTTP2Stream(id: id, connection: self)
         if !sweeping {
             sweeping = true
             sweepTimer.start(milliseconds: Self.sweepMs, repeatMs: Self.sweepMs)
         }
+        return true
     }
 
     private func sweep() {

@@ -6,7 +6,8 @@ import Upstream
 
 /// What a session reports while it reads frames (`receive`) or writes them (`send`).
 protocol HTTP2SessionDelegate: AnyObject {
-    func streamOpened(_ stream: Int32)
+    /// A request stream begins; false refuses it (RST_STREAM REFUSED_STREAM: the client may retry it).
+    func streamOpened(_ stream: Int32) -> Bool
     /// A request header (pseudo-headers included); false resets the stream (its list grew past the limit).
     func header(_ stream: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool
     /// The request's header block is complete; `endStream`: no body follows.
@@ -33,12 +34,16 @@ final class HTTP2Session {
 
     /// RFC 9113 error codes the gateway sends.
     enum ErrorCode: UInt32 {
-        case noError = 0x0, protocolError = 0x1, internalError = 0x2, cancel = 0x8, compressionError = 0x9, enhanceYourCalm = 0xB
+        case noError = 0x0, protocolError = 0x1, internalError = 0x2, refusedStream = 0x7, cancel = 0x8, compressionError = 0x9, enhanceYourCalm = 0xB
     }
 
     struct Settings {
         var maxConcurrentStreams: Int
         var maxHeaderListBytes: Int
+        /// What nghttp2 itself allows before it ends the connection (GOAWAY): the streams past `maxConcurrentStreams`
+        /// are refused one by one (the delegate's `streamOpened`), and nghttp2 counts a refused stream until its
+        /// RST_STREAM is out — a read of many HEADERS frames at once. Past this margin a client is not retrying.
+        var hardStreamLimit: Int { maxConcurrentStreams + 100 }
         /// Per stream: what a client may send ahead of the consumer.
         var streamWindow = 64 * 1024
         /// All streams of a connection together: what one connection can make the gateway hold in request bodies
@@ -47,6 +52,10 @@ final class HTTP2Session {
     }
 
     private var session: OpaquePointer?
+    /// `max_concurrent_streams` as the client is told it, written into the first SETTINGS frame on its way out
+    /// (nghttp2 is given `hardStreamLimit`: it answers a stream past its own limit with GOAWAY, ending the admitted
+    /// streams too, where the limit wants only the extra ones refused).
+    private var advertisedStreams: UInt32?
     weak var delegate: (any HTTP2SessionDelegate)?
 
     init(settings: Settings) throws(HTTPServerError) {
@@ -72,8 +81,9 @@ final class HTTP2Session {
             throw .startFailed("HTTP/2", "cannot create a session")
         }
         session = created
+        advertisedStreams = UInt32(settings.maxConcurrentStreams)
         var entries = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(settings.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(settings.hardStreamLimit)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(settings.streamWindow)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(settings.maxHeaderListBytes)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
@@ -103,7 +113,18 @@ final class HTTP2Session {
             var data: UnsafePointer<UInt8>?
             let count = nghttp2_session_mem_send(session, &data)
             guard count > 0, let data else { return }
-            if !write(UnsafeRawBufferPointer(start: data, count: count)) { return }
+            let frame = UnsafeRawBufferPointer(start: data, count: count)
+            // nghttp2 hands out one frame per call; the first SETTINGS (not an ACK) is the one submitted in init.
+            if let advertised = advertisedStreams, count >= 9, frame[3] == 0x4, frame[4] & 0x1 == 0 {
+                advertisedStreams = nil
+                var patched = Array(frame)
+                for entry in stride(from: 9, to: count - 5, by: 6) where patched[entry] == 0 && patched[entry + 1] == 0x3 {
+                    withUnsafeBytes(of: advertised.bigEndian) { patched.replaceSubrange(entry + 2..<entry + 6, with: $0) }
+                }
+                if !patched.withUnsafeBytes(write) { return }
+                continue
+            }
+            if !write(frame) { return }
         }
     }
 
@@ -186,10 +207,13 @@ final class HTTP2Session {
     }
 
     private static func install(_ callbacks: OpaquePointer?) {
-        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { _, frame, user in
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { session, frame, user in
             guard let frame, let delegate = HTTP2Session.delegate(of: user) else { return 0 }
-            if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue), frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
-                delegate.streamOpened(frame.pointee.hd.stream_id)
+            let stream = frame.pointee.hd.stream_id
+            if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue), frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
+               !delegate.streamOpened(stream) {
+                // Its header block is still decoded (HPACK state) and dropped: the delegate knows no such stream.
+                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, ErrorCode.refusedStream.rawValue)
             }
             return 0
         }

@@ -132,6 +132,29 @@ final class ListenerHTTP2Tests: XCTestCase {
         XCTAssertFalse(environment.gateway.process.lines.contains { $0.contains("rapid_reset") }, "counted, not logged per connection")
     }
 
+    func testStreamsPastMaxConcurrentStreamsAreRefusedWhileTheAdmittedOnesComplete() throws {
+        try start(extraServer: ", max_concurrent_streams: 4")
+        // 7 slow requests at once on one connection, sent after the client acknowledged the limit of 4.
+        let seen = try H2Client.run("burst", port: environment.gateway.port, caFile: certificates.caFile, path: "/slow?ms=800",
+                                    arguments: ["7"])
+        let completed = seen.filter { $0.hasSuffix(" status 200") }.count
+        let ended = seen.filter { $0.contains(" ended ") }.count
+        let refused = seen.filter { $0.contains(" reset ") }
+        XCTAssertEqual(completed, 4, "the admitted streams are answered: \(seen)")
+        XCTAssertEqual(ended, 4, "\(seen)")
+        XCTAssertEqual(refused.count, 3, "the streams past the limit are reset: \(seen)")
+        let firstEnd = seen.filter { $0.contains(" ended ") }.compactMap { Double($0.split(separator: " ")[3]) }.min() ?? 0
+        for line in refused {
+            let fields = line.split(separator: " ")
+            XCTAssertEqual(fields[3], "7", "REFUSED_STREAM (the client may retry them): \(line)")
+            XCTAssertLessThan(Double(fields[4]) ?? 99, firstEnd, "refused at once, not once the admitted ones are done: \(seen)")
+        }
+        // Only the admitted streams became requests (the access log has a line for each, before the client saw its end).
+        let slow = { self.environment.gateway.events.filter { $0["path"] as? String == "/slow" }.count }
+        _ = environment.gateway.waitForEvent { _ in slow() >= 4 }
+        XCTAssertEqual(slow(), 4)
+    }
+
     func testStreamsLeaveNoMemoryBehind() throws {
         try start()
         func rss() throws -> Double {

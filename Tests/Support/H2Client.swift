@@ -6,9 +6,11 @@ import Foundation
 public enum H2Client {
     public static var isAvailable: Bool { (try? Command.run("python3", ["-c", "import h2"]).status) == 0 }
 
-    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get.
-    public static func run(_ mode: String, port: Int, caFile: String?, path: String = "/", timeout: TimeInterval = 30) throws -> [String] {
-        let result = try Command.run("python3", ["-c", script, mode, String(port), caFile ?? "-", path], timeout: timeout)
+    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get,
+    /// burst (`arguments`: the number of streams).
+    public static func run(_ mode: String, port: Int, caFile: String?, path: String = "/", arguments: [String] = [],
+                           timeout: TimeInterval = 30) throws -> [String] {
+        let result = try Command.run("python3", ["-c", script, mode, String(port), caFile ?? "-", path] + arguments, timeout: timeout)
         return result.output.split(separator: "\n").map(String.init)
     }
 
@@ -194,6 +196,36 @@ elif mode == "partial_headers":
     except OSError:
         print("closed", flush=True)
     print("after", round(time.time() - start, 3), flush=True)
+
+elif mode == "burst":
+    # More streams at once than the server's SETTINGS allow, sent after they are acknowledged (h2's own check of the
+    # peer's limit bypassed). Prints each stream's outcome: "stream <id> status <code>" then "stream <id> ended", or
+    # "stream <id> reset <error code> <seconds>".
+    count = int(sys.argv[5])
+    def settled(event):
+        if isinstance(event, h2.events.RemoteSettingsChanged):
+            state["done"] = True
+    pump(settled, lambda: state["done"])
+    class Unlimited(h2.connection.H2Connection):
+        open_outbound_streams = property(lambda self: 0)
+    conn.__class__ = Unlimited
+    for i in range(count):
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "https"), (":authority", "localhost")], end_stream=True)
+    sock.sendall(conn.data_to_send())
+    ended = set()
+    def handle(event):
+        if isinstance(event, h2.events.ResponseReceived):
+            print("stream", event.stream_id, "status", dict(event.headers)[":status"], flush=True)
+        elif isinstance(event, h2.events.DataReceived):
+            conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded):
+            ended.add(event.stream_id)
+            print("stream", event.stream_id, "ended", round(time.time() - start, 3), flush=True)
+        elif isinstance(event, h2.events.StreamReset):
+            ended.add(event.stream_id)
+            print("stream", event.stream_id, "reset", int(event.error_code), round(time.time() - start, 3), flush=True)
+    pump(handle, lambda: len(ended) == count)
 
 elif mode == "header_bomb":
     # One 4 KB header repeated: HPACK sends it once, then an index per repeat; decoded it is far over the limit.
