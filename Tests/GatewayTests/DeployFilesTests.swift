@@ -14,7 +14,8 @@ final class DeployFilesTests: XCTestCase {
         let files = try DeployFile.all(under: Self.deploy)
         let names = files.map(\.relativePath)
         for expected in ["docker/compose.yaml", "docker/gateway.yaml", "kubernetes/configmap.yaml",
-                         "kubernetes/gateway-deployment.yaml", "kubernetes/redis-statefulset.yaml"] {
+                         "kubernetes/gateway-deployment.yaml", "kubernetes/redis-statefulset.yaml",
+                         "kubernetes-tls/configmap.yaml", "kubernetes-tls/gateway-deployment.yaml"] {
             XCTAssertTrue(names.contains(expected), "deploy/\(expected) is missing; found \(names)")
         }
         for file in files {
@@ -183,10 +184,72 @@ final class DeployFilesTests: XCTestCase {
         XCTAssertNotNil(config.playIntegrity?.localKeys, "make demo's Android step needs the local keys")
     }
 
+    /// deploy/kubernetes-tls: deploy/kubernetes with TLS in the gateway. Its config (the certificate files where the Secret is
+    /// mounted) loads as check-config loads it, and differs from the base's only in `server`.
+    func testTLSVariantMountsItsSecretWhereTheConfigReadsTheCertificate() throws {
+        let base = try kubernetesDocuments()
+        let overlay = try kubernetesDocuments(variant: "tls")
+        let kustomization = try resource(overlay, kind: "Kustomization")
+        let resources = kustomization["resources"]?.items.compactMap(\.text) ?? []
+        XCTAssertEqual(resources.first, "../kubernetes", "the base is the plain variant")
+        let files = Set(try DeployFile.all(under: Self.deploy + "/kubernetes-tls").map(\.relativePath))
+        for file in resources.dropFirst() + (kustomization["patches"]?.items.compactMap { $0["path"]?.text } ?? []) {
+            XCTAssertTrue(files.contains(file), "the kustomization names \(file), which is missing")
+        }
+        let servicePatch = try XCTUnwrap(kustomization["patches"]?.items.first { $0["target", "kind"]?.text == "Service" }?["patch"]?.text)
+        XCTAssertTrue(servicePatch.contains("port: 443, targetPort: http"), servicePatch)
+
+        let secret = try resource(overlay, kind: "Secret")
+        XCTAssertEqual(secret["type"]?.text, "kubernetes.io/tls")
+        XCTAssertEqual(Set(secret["stringData"]?.keys ?? []), ["tls.crt", "tls.key"])
+        let patch = try podSpec(resource(overlay, kind: "Deployment"))
+        let baseDeployment = try resource(base, kind: "Deployment")
+        XCTAssertEqual(try resource(overlay, kind: "Deployment")["metadata", "name"]?.text, baseDeployment["metadata", "name"]?.text)
+        let volume = try XCTUnwrap(patch["volumes"]?.items.first { $0["secret", "secretName"]?.text == secret["metadata", "name"]?.text },
+                                   "a volume mounts the Secret")
+        let container = try XCTUnwrap(patch["containers"]?.items.first)
+        XCTAssertEqual(container["name"]?.text, try podSpec(baseDeployment)["containers"]?.items.first?["name"]?.text,
+                       "the patch names the base's container")
+        let mount = try XCTUnwrap(container["volumeMounts"]?.items.first { $0["name"]?.text == volume["name"]?.text }?["mountPath"]?.text)
+        let runAs = try podSpec(baseDeployment)["securityContext", "runAsGroup"]?.text
+        XCTAssertEqual(patch["securityContext", "fsGroup"]?.text, runAs, "the non-root gateway can read the Secret's files")
+
+        // The Secret's files, as the kubelet would mount them, and the config read as check-config reads it.
+        let certificates = try TestCertificates()
+        let mounted = TestPaths.temporaryDirectory("gateway-tls")
+        try FileManager.default.copyItem(atPath: certificates.serverCertFile, toPath: mounted + "/tls.crt")
+        try FileManager.default.copyItem(atPath: certificates.serverKeyFile, toPath: mounted + "/tls.key")
+        let configMap = try resource(overlay, kind: "ConfigMap")
+        XCTAssertEqual(configMap["metadata", "name"]?.text, try resource(base, kind: "ConfigMap")["metadata", "name"]?.text)
+        let text = try XCTUnwrap(configMap["data", "gateway.yaml"]?.text)
+        XCTAssertTrue(text.contains(mount + "/tls.crt") && text.contains(mount + "/tls.key"), "server.tls reads the mounted Secret")
+        let config = try GatewayConfig.parse(yaml: text.replacingOccurrences(of: mount + "/", with: mounted + "/"),
+                                             environment: ["REDIS_PASSWORD": "from-redis-auth"])
+        XCTAssertNotNil(config.tls)
+        let baseContainer = try XCTUnwrap(podSpec(baseDeployment)["containers"]?.items.first)
+        XCTAssertEqual(config.listen.port, try containerPort(baseContainer, "http"))
+        let plain = try XCTUnwrap(try resource(base, kind: "ConfigMap")["data", "gateway.yaml"]?.text)
+        XCTAssertEqual(Self.settings(text, without: "server:"), Self.settings(plain, without: "server:"),
+                       "the TLS variant's gateway.yaml is the base's with server.tls")
+    }
+
+    /// The lines of a YAML text that set something (comments and blank lines dropped), without the top-level `section`.
+    private static func settings(_ text: String, without section: String) -> [Substring] {
+        var inSection = false
+        return text.split(separator: "\n").filter { line in
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { return false }
+            if !line.hasPrefix(" ") { inSection = line.hasPrefix(section) }
+            return !inSection
+        }
+    }
+
     // MARK: - Reading the manifests
 
-    private func kubernetesDocuments() throws -> [Document] {
-        try DeployFile.all(under: Self.deploy + "/kubernetes", relativeTo: Self.deploy).flatMap { try $0.documents() }
+    /// deploy/kubernetes's manifests, or a variant's (deploy/kubernetes-<variant>, a kustomization over them).
+    private func kubernetesDocuments(variant: String? = nil) throws -> [Document] {
+        try DeployFile.all(under: Self.deploy + "/kubernetes" + (variant.map { "-" + $0 } ?? ""), relativeTo: Self.deploy)
+            .flatMap { try $0.documents() }
     }
 
     private func resource(_ documents: [Document], kind: String, name: String? = nil) throws -> Document {
