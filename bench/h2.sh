@@ -2,8 +2,10 @@
 # HTTP/2 over TLS: the gateway's listener (server.tls, ALPN h2, pass route) against nginx configured the same way
 # (ssl http2, proxy_pass with keep-alive to the same upstream), both driven by h2load (Debian nghttp2-client);
 # then new TLS handshakes per second for each (`openssl s_time -new`). Per run: req/s, CPU of the measured
-# process group (µs per request, from /proc/PID/stat) and the ratios against nginx. Runs alone
-# (`bench/h2.sh`, about a minute) or from bench/run.sh. Writes bench/results/h2.json (BENCH_H2_OUT).
+# process group (µs per request, from /proc/PID/stat), p50/p99 from h2load's per-request log, and the ratios
+# against nginx. Runs alone (`bench/h2.sh`, about a minute: prints its own summary) or from bench/run.sh, whose
+# report table shows these runs beside the HTTP/1.1 ones (BENCH_H2_SUMMARY=0 leaves the summary out).
+# Writes bench/results/h2.json (BENCH_H2_OUT).
 # Settings: BENCH_DURATION (8 s), BENCH_H2_CONNECTIONS (64), BENCH_H2_STREAMS (10 per connection).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,26 +72,42 @@ cpu_ticks() {  # PID…: utime + stime of each, summed
 workers_of() { pgrep -P "$(cat "$work/nginx-$1.pid")" | paste -sd' ' -; }
 clk_tck=$(getconf CLK_TCK)
 results=()
-# run NAME URL PIDS…: h2load for $duration s; prints and records req/s and µs of CPU per request.
+# run NAME URL PIDS…: h2load for $duration s; records req/s, µs of CPU per request, p50/p99 (ms, from h2load's
+# per-request log), non-2xx answers and failed requests.
 run() {
-    local name=$1 url=$2 before after output rps succeeded
+    local name=$1 url=$2 before after
     shift 2
     before=$(cpu_ticks "$@")
-    output=$(h2load -t "$threads" -c "$connections" -m "$streams" -D "$duration" "$url" 2>&1 || true)
+    h2load -t "$threads" -c "$connections" -m "$streams" -D "$duration" --log-file "$work/$name.log" "$url" \
+        > "$work/$name.out" 2>&1 || true
     after=$(cpu_ticks "$@")
-    rps=$(sed -nE 's/^finished in .*, ([0-9.]+) req\/s.*/\1/p' <<< "$output")
-    succeeded=$(sed -nE 's/^requests: .* ([0-9]+) succeeded.*/\1/p' <<< "$output")
-    local protocol
-    protocol=$(sed -nE 's/^Application protocol: (.*)/\1/p' <<< "$output")
     local line
-    line=$(python3 -c "
-import json, sys
-rps, ticks, ok = float('${rps:-0}' or 0), $after - $before, int('${succeeded:-0}' or 0)
-seconds = ticks / $clk_tck
-print(json.dumps({'name': '$name', 'protocol': '$protocol', 'req_s': rps, 'succeeded': ok, 'cpu_seconds': seconds,
-                  'us_per_req': seconds / ok * 1e6 if ok else None}))")
+    line=$(python3 - "$work/$name.out" "$work/$name.log" <<EOF
+import json, re, sys
+output = open(sys.argv[1]).read()
+number = lambda pattern: float((re.search(pattern, output, re.M) or [0, 0])[1])
+rps, ok = number(r"^finished in .*, ([0-9.]+) req/s"), int(number(r"^requests: .* ([0-9]+) succeeded"))
+# "errored": failed without an HTTP status (resets, timeouts); non-2xx answers are counted from the log.
+errored = int(number(r"^requests: .* ([0-9]+) errored"))
+times, non_2xx = [], 0
+for row in open(sys.argv[2]):
+    fields = row.split()
+    if len(fields) >= 3:
+        times.append(int(fields[2]) / 1000)
+        non_2xx += not fields[1].startswith("2")
+times.sort()
+quantile = lambda share: round(times[min(len(times) - 1, int(share * len(times)))], 2) if times else None
+seconds = ($after - $before) / $clk_tck
+protocol = re.search(r"^Application protocol: (.*)", output, re.M)
+print(json.dumps({"name": "$name", "protocol": protocol[1] if protocol else "", "connections": $connections,
+                  "streams": $streams, "req_s": rps, "succeeded": ok, "errored": errored, "non_2xx": non_2xx,
+                  "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "cpu_seconds": seconds,
+                  "cores": round(seconds / $duration, 2), "us_per_req": seconds / ok * 1e6 if ok else None,
+                  "loadavg_1m": float(open("/proc/loadavg").read().split()[0])}))
+EOF
+)
     results+=("$line")
-    echo "$line"
+    echo "$line" >&2
 }
 # handshakes NAME PORT: new TLS sessions per second, two s_time clients at once (no resumption: -new).
 handshakes() {
@@ -105,7 +123,7 @@ handshakes() {
         | awk '{ if ($2 > 0) sum += $1 / $2 } END { printf "%.1f", sum }')
     local line="{\"name\": \"$name\", \"handshakes_s\": ${wall:-0}}"
     results+=("$line")
-    echo "$line"
+    echo "$line" >&2
 }
 
 echo "bench h2: $threads cores, ${duration}s, $connections connections x $streams streams" >&2
@@ -125,6 +143,8 @@ summary = {"runs": runs,
            "cpu_per_req_vs_nginx": ratio(gateway["us_per_req"], nginx["us_per_req"]), "cpu_per_req_goal": 1.5,
            "handshakes_vs_nginx": ratio(runs["gateway-tls"]["handshakes_s"], runs["nginx-tls"]["handshakes_s"])}
 json.dump(summary, open(sys.argv[1], "w"), indent=1)
+if sys.argv[2] == "0":
+    sys.exit()
 print()
 print("%-12s %10s %12s %10s" % ("h2 + TLS", "req/s", "us/req CPU", "hs/s"))
 for name, tls in (("nginx", "nginx-tls"), ("gateway", "gateway-tls")):
@@ -132,4 +152,4 @@ for name, tls in (("nginx", "nginx-tls"), ("gateway", "gateway-tls")):
     print("%-12s %10.0f %12s %10.0f" % (name, run["req_s"], "%.0f" % run["us_per_req"] if run["us_per_req"] else "-", runs[tls]["handshakes_s"]))
 print("gateway / nginx: req/s %s (goal >= 0.8), CPU per request %s (goal <= 1.5), handshakes/s %s" % (
     summary["req_s_vs_nginx"], summary["cpu_per_req_vs_nginx"], summary["handshakes_vs_nginx"]))
-' "$out"
+' "$out" "${BENCH_H2_SUMMARY:-1}"

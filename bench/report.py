@@ -288,6 +288,18 @@ def targets(runs, crypto_result, settings, extra):
     check("a fresh request meanwhile (status), idle connections still open: %s" % idle.get("still_open"),
           idle.get("fresh_status") if not idle_note else None, "200", lambda v: v == 200,
           "GET on a new connection while the idle ones are open", idle_note)
+    h2 = extra.get("h2", {})
+    h2_note = None if h2.get("runs") else "bench/h2.sh did not run (BENCH_H2=0) or left no result"
+    us = lambda name: h2.get("runs", {}).get(name, {}).get("us_per_req")
+    check("h2 + TLS: gateway / nginx ssl http2 req/s (h2load)", h2.get("req_s_vs_nginx"), ">= 0.8",
+          lambda v: v >= 0.8, "req/s of the gateway's TLS listener (ALPN h2, pass route) over nginx's, same h2load run "
+          "settings, back to back", h2_note)
+    cpu = tuple("%.0f" % us(name) if us(name) else "-" for name in ("gateway-h2", "nginx-h2"))
+    check("h2 + TLS: CPU per request / nginx's (%s/%s us)" % cpu, h2.get("cpu_per_req_vs_nginx"), "<= 1.5",
+          lambda v: v <= 1.5, "gateway CPU seconds per request over nginx's workers', /proc utime+stime over the run",
+          h2_note)
+    check("new TLS handshakes/s: gateway / nginx (openssl s_time -new)", h2.get("handshakes_vs_nginx"), "-", None,
+          "two s_time clients at once against each, no resumption", h2_note)
     sse = extra.get("sse", {})
     fast = named(runs, "sse-fast")
     start = extra.get("sse_upstream_start", {}).get("active")
@@ -309,7 +321,7 @@ def table(work, out):
     crypto_result = crypto(work)
     environment = read_json(os.path.join(work, "environment.json"))
     extra = {name.replace("-", "_"): read_json(os.path.join(work, name + ".json"))
-             for name in ("old", "idle", "sse", "sse-upstream", "sse-upstream-start", "sse-upstream-end")}
+             for name in ("old", "idle", "sse", "sse-upstream", "sse-upstream-start", "sse-upstream-end", "h2")}
     checks = targets(runs, crypto_result, environment.get("settings", {}), extra)
     result = {"environment": environment, "crypto": crypto_result, "targets": checks, "runs": [
         {key: run[key] for key in run if key not in ("before", "after", "clk_tck")}
@@ -349,6 +361,7 @@ def print_table(runs, crypto_result, checks, extra):
         if phases:
             print("%14s inside the gateway, p50/p99 ms: %s" % ("", ", ".join(
                 "%s %s/%s" % (phase, phases[phase].get("p50"), phases[phase].get("p99")) for phase in PHASES if phase in phases)))
+    print_h2_rows(extra.get("h2", {}))
     idle, sse = extra.get("idle", {}), extra.get("sse", {})
     if idle.get("idle"):
         print("%-14s %s connections opened of %s in %s s (failures %s); gateway RSS %s -> %s MiB, threads %s -> %s; "
@@ -373,6 +386,28 @@ def print_table(runs, crypto_result, checks, extra):
         if check.get("note"):
             met += " (%s)" % check["note"]
         print("%-70s %10s %8s  %s" % (check["target"], check["value"], check["goal"], met))
+
+
+# bench/h2.sh's runs in the table's columns (h2load: no rate-paced runs; memory is not sampled).
+H2_ROWS = (("nginx-h2", "nginx ssl http2 proxy_pass (h2load)"), ("gateway-h2", "gateway TLS h2 pass route (h2load)"))
+TLS_ROWS = (("nginx-tls", "nginx: TLS handshakes/s (s_time)"), ("gateway-tls", "gateway: TLS handshakes/s (s_time)"))
+
+
+def print_h2_rows(h2):
+    runs = h2.get("runs", {})
+    for name, what in H2_ROWS:
+        run = runs.get(name)
+        if not run:
+            continue
+        status = "ok" if run["succeeded"] and run["non_2xx"] + run["errored"] <= FAILED_SHARE * run["succeeded"] else "FAILED"
+        print("%-14s %-36s %5s %6s %8.0f %7s %7s %6d %7d %5.2f %6s %6s %5.1f  %s" % (
+            name, what[:36], "%dx%d" % (run["connections"], run["streams"]), "max", run["req_s"],
+            "%.2f" % run["p50_ms"] if run["p50_ms"] is not None else "-",
+            "%.2f" % run["p99_ms"] if run["p99_ms"] is not None else "-", run["non_2xx"], run["errored"], run["cores"],
+            "%.1f" % run["us_per_req"] if run["us_per_req"] else "-", "-", run["loadavg_1m"], status))
+    for name, what in TLS_ROWS:
+        if name in runs:
+            print("%-14s %-36s %5s %6s %8.0f" % (name, what[:36], 2, "max", runs[name]["handshakes_s"]))
 
 
 def main(argv):

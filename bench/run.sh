@@ -379,6 +379,12 @@ curl -s "$sse_url/stats" > "$work/sse-upstream-end.json"
 wait "$sse_clients" || true
 curl -s "$sse_url/stats" > "$work/sse-upstream.json"
 
+# HTTP/2 over TLS against nginx the same way (bench/h2.sh: its own services); its runs go into the table below.
+if [ "${BENCH_H2:-1}" = 1 ]; then
+    echo "bench: HTTP/2 over TLS (h2load) and TLS handshakes, gateway and nginx"
+    BENCH_DURATION=$duration BENCH_H2_OUT="$work/h2.json" BENCH_H2_SUMMARY=0 bench/h2.sh
+fi
+
 # --- Report -------------------------------------------------------------------------------------------
 python3 - "$work/environment.json" <<EOF
 import glob, json, os, platform, subprocess, sys
@@ -406,5 +412,3 @@ echo
 report table "$work" "$out"
 echo
 echo "bench: wrote $out in $(( $(date +%s) - bench_start )) s"
-# HTTP/2 over TLS against nginx the same way (its own services and table: bench/h2.sh).
-if [ "${BENCH_H2:-1}" = 1 ]; then BENCH_DURATION=$duration bench/h2.sh; fi
