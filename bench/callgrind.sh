@@ -6,7 +6,10 @@
 # nginx `proxy_pass` to the same upstream (one process, `master_process off`; keep-alive upstream pool),
 # once with `access_log off` and once with a JSON access log of the fields the gateway's request line has.
 # Prints instructions per request and leaves the callgrind output in the work directory for
-# callgrind_annotate. Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS (16), PROFILE_ASSERT=1,
+# callgrind_annotate. PROFILE_H2=1: the same over HTTP/2 and TLS — the gateway with server.tls (one EC P-256
+# certificate, as bench/h2.sh), nginx with `listen … ssl http2`, both driven by h2load (COUNT requests over
+# CONNECTIONS connections, 10 streams each; its handshakes are in the count, the same for both).
+# Settings: PROFILE_COUNT (20000), PROFILE_CONNECTIONS (16), PROFILE_ASSERT=1 (not with PROFILE_H2),
 # PROFILE_DEVICES (200), PROFILE_ROUNDS (10), PROFILE_NGINX=0 (skips nginx), PROFILE_OUT (a new /tmp
 # directory), PROFILE_GATEWAY (the binary; .build/release/gateway).
 set -euo pipefail
@@ -18,7 +21,9 @@ rounds=${PROFILE_ROUNDS:-10}
 work=${PROFILE_OUT:-$(mktemp -d /tmp/gateway-callgrind.XXXXXX)}
 mkdir -p "$work/ca" "$work/tmp" "$work/logs"
 chmod 755 "$work"
-./scripts/install-deps.sh valgrind nginx wrk redis-server python3 curl
+./scripts/install-deps.sh valgrind nginx wrk redis-server python3 curl nghttp2-client openssl
+h2=${PROFILE_H2:-0}
+[ "$h2" = 1 ] && [ "${PROFILE_ASSERT:-0}" = 1 ] && { echo "callgrind: PROFILE_ASSERT needs wrk's HTTP/1.1: not with PROFILE_H2" >&2; exit 2; }
 gateway=${PROFILE_GATEWAY:-.build/release/gateway}
 [ -x "$gateway" ] || { echo "callgrind: build first (./scripts/release-build.sh)" >&2; exit 1; }
 
@@ -38,7 +43,15 @@ import socket
 sockets = [socket.socket() for _ in range(6)]
 for s in sockets: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in sockets])')
-gateway_url=http://127.0.0.1:$gateway_port
+scheme=http listener_tls="" nginx_tls=""
+if [ "$h2" = 1 ]; then
+    openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -keyout "$work/server.key" \
+        -out "$work/server.crt" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
+    scheme=https
+    listener_tls="server: { tls: { cert_file: \"$work/server.crt\", key_file: \"$work/server.key\" } }"
+    nginx_tls=" ssl http2; ssl_certificate $work/server.crt; ssl_certificate_key $work/server.key; ssl_protocols TLSv1.2 TLSv1.3"
+fi
+gateway_url=$scheme://127.0.0.1:$gateway_port
 
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
     --pidfile "$work/redis.pid" --logfile "$work/logs/redis.log"
@@ -50,6 +63,7 @@ nginx_instance upstream 1 "
 cat > "$work/gateway.yaml" <<EOF
 listen: "127.0.0.1:$gateway_port"
 admin_listen: "127.0.0.1:$admin_port"
+$listener_tls
 redis: { url: "redis://127.0.0.1:$redis_port/0", pool_size: 64, timeout_ms: 1000 }
 app_attest:
   apps: ["BENCH12345.com.example.bench"]
@@ -64,7 +78,7 @@ routes:
 EOF
 
 wait_for() {
-    for _ in $(seq 600); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+    for _ in $(seq 600); do curl -sk -o /dev/null "$1" && return 0; sleep 0.1; done
     echo "callgrind: $1 did not come up" >&2
     exit 1
 }
@@ -95,11 +109,18 @@ fixed() {  # N URL [VAR=VALUE…]
     env PROFILE_N="$n" "$@" wrk -t1 -c"$connections" -d600s --timeout 30s -s bench/callgrind.lua "$url" > "$work/logs/wrk.out" 2>&1
     grep -E "^callgrind.lua" "$work/logs/wrk.out" || { echo "callgrind: wrk did not finish:" >&2; cat "$work/logs/wrk.out" >&2; exit 1; }
 }
+# N requests over C connections of 10 streams each (h2load; it exits once N answers are in).
+h2fixed() {  # N URL
+    h2load -n "$1" -c "$connections" -m 10 "$2" > "$work/logs/h2load.out" 2>&1 || true
+    grep -qE "^requests: $1 total, $1 started, $1 done, $1 succeeded" "$work/logs/h2load.out" \
+        || { echo "callgrind: h2load did not finish:" >&2; cat "$work/logs/h2load.out" >&2; exit 1; }
+}
+drive() { if [ "$h2" = 1 ]; then h2fixed "$@"; else fixed "$@"; fi; }
 measure() {  # PID NAME N URL [VAR=VALUE…]: instructions of N requests to PID, one callgrind dump
     local pid=$1 name=$2 n=$3
     shift 3
     callgrind_control -i on "$pid" > /dev/null
-    fixed "$n" "$@"
+    drive "$n" "$@"
     sleep 2  # the requests still in flight when wrk left (at most connections - 1)
     callgrind_control -d "$name" "$pid" > /dev/null
     callgrind_control -i off "$pid" > /dev/null
@@ -113,7 +134,7 @@ measure() {  # PID NAME N URL [VAR=VALUE…]: instructions of N requests to PID,
 }
 declare -A per_request
 
-fixed 2000 "$gateway_url/pass/items/1"  # warm-up: connections, curl handles, caches
+drive 2000 "$gateway_url/pass/items/1"  # warm-up: connections, curl handles, caches
 measure "$grind_pid" pass "$count" "$gateway_url/pass/items/1"
 if [ "${PROFILE_ASSERT:-0}" = 1 ]; then
     # wrk calls request() once before the load to check what it returns: that first request is never sent.
@@ -130,21 +151,21 @@ if [ "${PROFILE_NGINX:-1}" = 1 ]; then
     '\"path\":\"\$uri\",\"status\":\$status,\"bytes_out\":\$body_bytes_sent,\"total_ms\":\$request_time,'
     '\"upstream_addr\":\"\$upstream_addr\",\"user_agent\":\"\$http_user_agent\",\"request_id\":\"\$request_id\"}';
   upstream fast { server 127.0.0.1:$upstream_port; keepalive 512; }
-  server { listen 127.0.0.1:$nginx_port; location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
+  server { listen 127.0.0.1:$nginx_port$nginx_tls; location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
   server {
-    listen 127.0.0.1:$nginx_log_port; access_log $work/logs/nginx-access.json json;
+    listen 127.0.0.1:$nginx_log_port$nginx_tls; access_log $work/logs/nginx-access.json json;
     location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection \"\"; }
   }"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/callgrind.out.%p" \
         nginx -p "$work" -c "$work/nginx-proxy.conf" -e "$work/logs/nginx-proxy.log" -g "daemon off; master_process off;" \
         > "$work/logs/nginx-proxy.out" 2>&1 &
     nginx_grind_pid=$!
-    wait_for "http://127.0.0.1:$nginx_port/pass/"
-    wait_for "http://127.0.0.1:$nginx_log_port/pass/"
-    fixed 2000 "http://127.0.0.1:$nginx_port/pass/items/1"
-    measure "$nginx_grind_pid" nginx-log-off "$count" "http://127.0.0.1:$nginx_port/pass/items/1"
-    fixed 2000 "http://127.0.0.1:$nginx_log_port/pass/items/1"
-    measure "$nginx_grind_pid" nginx-log-json "$count" "http://127.0.0.1:$nginx_log_port/pass/items/1"
+    wait_for "$scheme://127.0.0.1:$nginx_port/pass/"
+    wait_for "$scheme://127.0.0.1:$nginx_log_port/pass/"
+    drive 2000 "$scheme://127.0.0.1:$nginx_port/pass/items/1"
+    measure "$nginx_grind_pid" nginx-log-off "$count" "$scheme://127.0.0.1:$nginx_port/pass/items/1"
+    drive 2000 "$scheme://127.0.0.1:$nginx_log_port/pass/items/1"
+    measure "$nginx_grind_pid" nginx-log-json "$count" "$scheme://127.0.0.1:$nginx_log_port/pass/items/1"
 fi
 if [ -n "${per_request[nginx-log-json]:-}" ]; then
     awk -v pass="${per_request[pass]}" -v off="${per_request[nginx-log-off]}" -v json="${per_request[nginx-log-json]}" 'BEGIN {

@@ -18,6 +18,9 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     let tls: TLSInfo?
     let session: HTTP2Session
     private var streams: [Int32: HTTP2Stream] = [:]
+    /// The stream whose header block is being read: its fields arrive one callback each, with no other stream's
+    /// frame between them (RFC 9113 §6.10), and skip the dictionary.
+    private var opening: HTTP2Stream?
     private var idleTimer: LoopTimer!
     /// While streams are open: checks their deadlines (header, body and send timeouts) every `sweepMs`.
     private var sweepTimer: LoopTimer!
@@ -122,7 +125,9 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
             return false
         }
         idleTimer.stop()
-        streams[id] = HTTP2Stream(id: id, connection: self)
+        let stream = HTTP2Stream(id: id, connection: self)
+        streams[id] = stream
+        opening = stream
         if !sweeping {
             sweeping = true
             sweepTimer.start(milliseconds: Self.sweepMs, repeatMs: Self.sweepMs)
@@ -136,7 +141,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     }
 
     func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
-        guard let stream = streams[id] else { return true }
+        guard let stream = opening?.id == id ? opening : streams[id] else { return true }
         if stream.addHeader(name: name, value: value) { return true }
         // One list over the limit is answered 431 (the rest of it is decoded and dropped); a client that keeps
         // sending them is flooding.
@@ -144,7 +149,11 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         return true
     }
 
-    func headersDone(_ id: Int32, endStream: Bool) { streams[id]?.headersDone(endStream: endStream) }
+    func headersDone(_ id: Int32, endStream: Bool) {
+        let stream = opening?.id == id ? opening : streams[id]
+        opening = nil
+        stream?.headersDone(endStream: endStream)
+    }
 
     func data(_ id: Int32, _ bytes: UnsafeRawBufferPointer) {
         if let stream = streams[id] { stream.received(bytes) } else { session.consumedOnConnection(bytes.count) }
@@ -153,6 +162,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     func bodyDone(_ id: Int32) { streams[id]?.bodyDone() }
 
     func streamClosed(_ id: Int32, errorCode: UInt32) {
+        if opening?.id == id { opening = nil }
         streams.removeValue(forKey: id)?.closed(errorCode: errorCode)
         if streams.isEmpty, !closed {
             sweepTimer.stop()
@@ -190,7 +200,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         shared.handler.http2Protection(reason: reason)
         session.goAway(code)
         for stream in Array(streams.values) { stream.connectionClosed() }
-        streams = [:]
+        (streams, opening) = ([:], nil)
         flush()
         // What the client still sends is read and dropped for a moment: closing with unread input would reset the
         // connection, and the client could lose the GOAWAY that says why.
@@ -224,7 +234,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         idleTimer.close()
         sweepTimer.close()
         for stream in Array(streams.values) { stream.connectionClosed() }
-        streams = [:]
+        (streams, opening) = ([:], nil)
         socket.close()
         shared.connectionClosed(self)
     }

@@ -16,9 +16,15 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     private enum Waiting { case headers, body, send, nothing }
     private var waiting = Waiting.headers
 
-    // The request head as it arrives.
-    private var pseudo: [String: String] = [:]
+    // The request head as it arrives: the pseudo-headers used (nghttp2 refuses repeated, unknown or late ones and
+    // upper-case names), the fields without Host — counted and compared as they come, put first at the end.
+    private var method: String?
+    private var target: String?
+    private var authority: String?
     private var fields: [HTTPField] = []
+    private var host: String?
+    private var hostFields = 0
+    private var contentLength: String?
     private var headerBytes = 0
     private var headersTooLarge = false
     private var badHeader = false
@@ -65,17 +71,38 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         headerBytes += name.count + value.count + 32
         if headerBytes > shared.limits.maxHeaderBytes {
             headersTooLarge = true
-            (pseudo, fields) = ([:], [])
+            (method, target, authority, fields, host) = (nil, nil, nil, [], nil)
             return false
         }
-        let name = String(decoding: name, as: UTF8.self), value = String(decoding: value, as: UTF8.self)
-        if name.hasPrefix(":") {
-            pseudo[name] = value  // nghttp2 refuses repeated, unknown or late pseudo-headers
-        } else if name == "cookie", let index = fields.firstIndex(where: { $0.name == "cookie" }) {
-            fields[index] = HTTPField("cookie", fields[index].value + "; " + value)  // RFC 9113 §8.2.3, for HTTP/1.1 upstreams
+        // Names compared as bytes and no dictionary: a request's few fields cost a hash and two strings each before.
+        let value = String(decoding: value, as: UTF8.self)
+        if name.first == UInt8(ascii: ":") {
+            if Self.named(name, ":method") {
+                method = value
+            } else if Self.named(name, ":path") {
+                target = value
+            } else if Self.named(name, ":authority") {
+                authority = value
+            }
+        } else if Self.named(name, "host") {
+            hostFields += 1
+            host = value
+        } else if Self.named(name, "cookie"), let index = fields.firstIndex(where: { $0.name == "cookie" }) {
+            fields[index].value += "; " + value  // RFC 9113 §8.2.3, for HTTP/1.1 upstreams
         } else {
-            fields.append(HTTPField(name, value))
+            let field = HTTPField(String(decoding: name, as: UTF8.self), value)
+            if contentLength == nil, Self.named(name, "content-length") { contentLength = value }
+            fields.append(field)
         }
+        return true
+    }
+
+    /// Whether a field's name (bytes from nghttp2) is `literal`: the length first, most names differ in it (the
+    /// generic `elementsEqual` cost 200 instructions a comparison).
+    private static func named(_ name: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+        guard name.count == literal.utf8CodeUnitCount else { return false }
+        let bytes = literal.utf8Start
+        for index in 0..<name.count where name[index] != bytes[index] { return false }
         return true
     }
 
@@ -83,7 +110,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         disarm()
         waiting = .nothing
         bodyComplete = endStream
-        let method = pseudo[":method"] ?? "-", target = pseudo[":path"] ?? "-"
+        let method = method ?? "-", target = target ?? "-"
         if headersTooLarge {
             return reject(431, "headers_too_large", "the request headers exceed \(shared.limits.maxHeaderBytes) bytes")
         }
@@ -94,19 +121,17 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         }
         if method == "CONNECT" { return reject(405, "method_not_allowed", "CONNECT is not proxied", method: method, target: target) }
         // :authority is the host; a Host field beside it must agree (RFC 9113 §8.3.1).
-        let hosts = fields.filter { $0.hasName("host") }
-        guard let host = pseudo[":authority"] ?? hosts.first?.value, !host.isEmpty else {
+        guard let host = authority ?? self.host, !host.isEmpty else {
             return reject(400, "missing_host", "the request has no :authority", method: method, target: target)
         }
-        guard hosts.count <= 1, hosts.allSatisfy({ $0.value == host }) else {
+        guard hostFields <= 1, self.host == nil || self.host == host else {
             return reject(400, "duplicate_host", "Host disagrees with :authority", method: method, target: target)
         }
-        fields.removeAll { $0.hasName("host") }
         fields.insert(HTTPField("host", host), at: 0)
         let framing: RequestFraming
         if endStream {
             framing = .noBody
-        } else if let length = fields.first(where: { $0.hasName("content-length") }).flatMap({ Int($0.value) }) {
+        } else if let length = contentLength.flatMap({ Int($0) }) {
             framing = .contentLength(length)  // nghttp2 checks it against the DATA received
         } else {
             framing = .chunked
@@ -129,8 +154,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     }
 
     private static func split(_ target: String) -> (path: String, query: String?) {
-        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
-        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
+        // By UTF-8 byte, not Character: the grapheme search cost 4,800 instructions a request.
+        guard let mark = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return (target, nil) }
+        return (String(target[..<mark]), String(target[target.utf8.index(after: mark)...]))
     }
 
     /// Refused before the handler: answered, reported for logs and metrics, as the HTTP/1.1 side does.

@@ -68,6 +68,13 @@ final class ListenerHTTP2Tests: XCTestCase {
         XCTAssertEqual(bulk.json["body_base64"] as? String, Data(big).base64EncodedString(), "the body arrived intact")
         let cookies = try curl.send(UpstreamRequest(method: "GET", pathAndQuery: "/echo/c", headers: [HTTPField("Cookie", "a=1; b=2")]))
         XCTAssertEqual(cookies.forwarded("cookie"), ["a=1; b=2"], "cookie crumbs are joined for the HTTP/1.1 upstream")
+        // Host beside :authority must agree with it (RFC 9113 §8.3.1); a repeated one nghttp2 resets (PROTOCOL_ERROR);
+        // Host alone names the host.
+        let hosts = try h2("hosts", "/echo/hosts")
+        XCTAssertEqual(hosts.filter { $0.hasPrefix("status") || $0.hasPrefix("reset") }, ["status 200", "status 400", "reset 1", "status 200"],
+                       "\(hosts)")
+        XCTAssertEqual(environment.gateway.waitForEvent { $0["path"] as? String == "/echo/hosts" && $0["status"] as? Int == 400 }?["reason"]
+            as? String, "duplicate_host")
         let line = environment.gateway.waitForEvent { $0["path"] as? String == "/secure/feed" && $0["status"] as? Int == 200 }
         XCTAssertEqual(line?["protocol"] as? String, "HTTP/2")
         XCTAssertEqual(line?["alpn"] as? String, "h2")

@@ -6,7 +6,7 @@ import Foundation
 public enum H2Client {
     public static var isAvailable: Bool { (try? Command.run("python3", ["-c", "import h2"]).status) == 0 }
 
-    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get,
+    /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get, hosts,
     /// burst (`arguments`: the number of streams). Other modes may be given `arguments` [seconds]: played again on
     /// new connections until that time is up (an attack kept up).
     public static func run(_ mode: String, port: Int, caFile: String?, path: String = "/", arguments: [String] = [],
@@ -234,6 +234,28 @@ def play():
                 ended.add(event.stream_id)
                 print("stream", event.stream_id, "reset", int(event.error_code), round(time.time() - start, 3), flush=True)
         pump(handle, lambda: len(ended) == count)
+
+    elif mode == "hosts":
+        # Host beside :authority — the same, another, the same twice — then Host alone; one request after another.
+        conn.config.validate_outbound_headers = False  # h2 itself refuses the disagreeing ones
+        cases = [[(":authority", "localhost"), ("host", "localhost")], [(":authority", "localhost"), ("host", "other.example")],
+                 [(":authority", "localhost"), ("host", "localhost"), ("host", "localhost")], [("host", "localhost")]]
+        def handle(event):
+            if isinstance(event, h2.events.ResponseReceived):
+                print("status", dict(event.headers)[":status"], flush=True)
+            elif isinstance(event, h2.events.DataReceived):
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                print("reset", int(event.error_code), flush=True)
+                state["done"] = True
+            elif isinstance(event, h2.events.StreamEnded):
+                state["done"] = True
+        for extra in cases:
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "https")] + extra, end_stream=True)
+            sock.sendall(conn.data_to_send())
+            state["done"] = False
+            pump(handle, lambda: state["done"])
 
     elif mode == "header_bomb":
         # One 4 KB header repeated: HPACK sends it once, then an index per repeat; decoded it is far over the limit.
