@@ -267,18 +267,7 @@ public final class P256PrivateKey: @unchecked Sendable, CustomStringConvertible,
     /// Accepts an unencrypted PEM private key: PKCS#8 ("BEGIN PRIVATE KEY", Apple's `.p8`) or SEC1
     /// ("BEGIN EC PRIVATE KEY"). Encrypted keys are refused rather than prompting for a passphrase.
     public init(pem: String) throws(VerificationError) {
-        let bytes = Array(pem.utf8)
-        // A non-NULL empty passphrase stops OpenSSL from asking the terminal for one.
-        var noPassphrase: [CChar] = [0]
-        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return noPassphrase.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(bio, nil, nil, $0.baseAddress) }
-        }
-        ERR_clear_error()
-        guard let parsed else {
-            throw VerificationError(.badPrivateKey, "not an unencrypted PEM private key")
-        }
+        let parsed = try readPEMPrivateKey(pem)
         guard let point = P256PublicKey.uncompressedPoint(parsed), let publicKey = try? P256PublicKey(point: point) else {
             EVP_PKEY_free(parsed)
             throw VerificationError(.badPrivateKey, "private key is not an EC P-256 key")
@@ -299,6 +288,22 @@ public final class P256PrivateKey: @unchecked Sendable, CustomStringConvertible,
         }
         return ECDSASignature.lowS(raw)
     }
+}
+
+/// An unencrypted PEM private key of any type, as an owned EVP_PKEY (the caller frees it or keeps it).
+/// Encrypted keys are refused rather than prompting for a passphrase.
+private func readPEMPrivateKey(_ pem: String) throws(VerificationError) -> OpaquePointer {
+    let bytes = Array(pem.utf8)
+    // A non-NULL empty passphrase stops OpenSSL from asking the terminal for one.
+    var noPassphrase: [CChar] = [0]
+    let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+        guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+        defer { BIO_free(bio) }
+        return noPassphrase.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(bio, nil, nil, $0.baseAddress) }
+    }
+    ERR_clear_error()
+    guard let parsed else { throw VerificationError(.badPrivateKey, "not an unencrypted PEM private key") }
+    return parsed
 }
 
 /// EVP_DigestSign with SHA-256 over `message` under `key`: the signature as OpenSSL writes it (DER for ECDSA,
@@ -597,15 +602,7 @@ public final class RSAPrivateKey: @unchecked Sendable, CustomStringConvertible, 
     /// Accepts an unencrypted PEM private key, PKCS#8 ("BEGIN PRIVATE KEY", what Google issues) or PKCS#1
     /// ("BEGIN RSA PRIVATE KEY"). Encrypted keys are refused rather than prompting for a passphrase.
     public init(pem: String) throws(VerificationError) {
-        let bytes = Array(pem.utf8)
-        var noPassphrase: [CChar] = [0]
-        let parsed: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return noPassphrase.withUnsafeMutableBytes { PEM_read_bio_PrivateKey(bio, nil, nil, $0.baseAddress) }
-        }
-        ERR_clear_error()
-        guard let parsed else { throw VerificationError(.badPrivateKey, "not an unencrypted PEM private key") }
+        let parsed = try readPEMPrivateKey(pem)
         guard EVP_PKEY_get_base_id(parsed) == EVP_PKEY_RSA, EVP_PKEY_get_bits(parsed) >= RSAPublicKey.minimumBits else {
             EVP_PKEY_free(parsed)
             throw VerificationError(.badPrivateKey, "private key is not an RSA key of at least \(RSAPublicKey.minimumBits) bits")

@@ -685,13 +685,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private func finish(_ exchange: HTTPExchange, _ outcome: ExchangeOutcome) {
         guard finishedOutcome == nil else { return }
         finishedOutcome = outcome
-        shared.bodyBudget.release(reserved)
+        shared.requestFinished(releasing: reserved)
         reserved = 0
-        shared.requestFinished()
-        let callback = exchange.onFinished
-        exchange.onFinished = nil
-        exchange.onWritable = nil
-        callback?(outcome)
+        exchange.finished(outcome)
     }
 
     private func clientLeft(_ exchange: HTTPExchange) {

@@ -146,6 +146,14 @@ public final class HTTPExchange: @unchecked Sendable {
         self.connection = connection
     }
 
+    /// The exchange is over: its callbacks are dropped, then `onFinished` is told how (once; the owner makes sure).
+    func finished(_ outcome: ExchangeOutcome) {
+        let callback = onFinished
+        onFinished = nil
+        onWritable = nil
+        callback?(outcome)
+    }
+
     /// The whole body, up to `limit` bytes. Sends `100 Continue` first when the client asked for it.
     public func readBody(limit: Int) async throws(BodyReadError) -> [UInt8] {
         if let result = connection.bodyAtOnce(limit: limit) { return try result.get() }

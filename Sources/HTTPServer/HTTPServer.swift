@@ -218,7 +218,11 @@ final class ServerShared: @unchecked Sendable {
     }
 
     func requestStarted() { inFlight.add(1, ordering: .relaxed) }
-    func requestFinished() { inFlight.subtract(1, ordering: .relaxed) }
+    /// A request is over: it leaves the in-flight count and gives back the body bytes it still held.
+    func requestFinished(releasing reserved: Int) {
+        bodyBudget.release(reserved)
+        inFlight.subtract(1, ordering: .relaxed)
+    }
 
     func closeIdle(on loop: EventLoop) {
         for connection in Array(connections(of: loop).set.values) { connection.closeIfIdle() }
