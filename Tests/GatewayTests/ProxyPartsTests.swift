@@ -238,6 +238,20 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(object["total_ms"] as? Double, 1.235)
     }
 
+    /// The exact bytes: quote, backslash and newline get their short escapes, other control bytes \u00XX (lower-case
+    /// hex), DEL and non-ASCII stay as they are, also at a value's edges, between clean runs and back to back.
+    func testJSONLineEscapesExactly() {
+        var line = JSONLine()
+        line.string("a", "\"x\\y\n\t\r\u{01}\u{1F}\u{7F}é😀z\"")
+        line.string("b", "")
+        line.string("c", "\u{00}\u{00}")
+        line.string("d", String(repeating: "clean/", count: 40))
+        line.int("e", Int.min)
+        let expected = #"{"a":"\"x\\y\n\u0009\u000d\u0001\u001f"# + "\u{7F}é😀z" + #"\"","b":"","c":"\u0000\u0000","d":""#
+            + String(repeating: "clean/", count: 40) + #"","e":-9223372036854775808}"# + "\n"
+        XCTAssertEqual(String(decoding: line.line, as: UTF8.self), expected)
+    }
+
     /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's
     /// format before), including the edges: whole numbers, trailing zeros, half-way cases, huge, negative.
     func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {

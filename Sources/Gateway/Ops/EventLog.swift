@@ -163,22 +163,25 @@ public final class EventLog: Sendable {
 /// The time now as RFC 3339 UTC with milliseconds, the date and time of day formatted once a second (gmtime_r
 /// and twenty digits per request line were a thousand instructions of a relayed request).
 struct LogClock {
+    /// Bytes of "YYYY-MM-DDTHH:MM:SS.mmmZ".
+    static let width = 24
     private var second = Int.min
     /// "YYYY-MM-DDTHH:MM:SS." of `second`.
     private var prefix: [UInt8] = []
 
     mutating func append(to text: inout [UInt8]) {
+        text.append(addingCapacity: LogClock.width) { write(to: &$0) }
+    }
+
+    mutating func write(to out: inout OutputSpan<UInt8>) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         if now.tv_sec != second {
             second = now.tv_sec
             prefix = Array(EventLog.timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: 0).dropLast(4))
         }
-        text += prefix
-        let milliseconds = Int(now.tv_nsec / 1_000_000)
-        text.append(UInt8(ascii: "0") + UInt8(milliseconds / 100))
-        text.append(UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10))
-        text.append(UInt8(ascii: "0") + UInt8(milliseconds % 10))
-        text.append(UInt8(ascii: "Z"))
+        prefix.withUnsafeBufferPointer { out.append(copying: $0) }
+        JSONLine.digits(UInt(now.tv_nsec / 1_000_000), width: 3, to: &out)
+        out.append(UInt8(ascii: "Z"))
     }
 }
