@@ -202,6 +202,38 @@ final class ObservabilityPartsTests: XCTestCase {
         XCTAssertTrue(text.contains("gateway_receipt_risk_metric_sum 4.0\n"), text)
     }
 
+    /// A named series keeps its slot in the metrics that used it last: used by two (a reload's runtime, tests),
+    /// each still counts its own; threads (shards) add up at a scrape; a series whose key came first with other
+    /// buckets goes into the first's; a NaN observation is counted but falls in no bucket.
+    func testNamedSeriesCountInEachMetricsAndAcrossThreads() {
+        let series = Metrics.Series("gateway_requests_total", ["route": "/"], help: MetricHelp.requests)
+        let latency = Metrics.Series("gateway_request_duration_seconds", ["route": "/"], help: MetricHelp.requestDuration)
+        let (first, second) = (Metrics(), Metrics())
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            for _ in 0..<100 {
+                first.record { $0.count(series) }
+                second.record { batch in
+                    batch.count(series, by: 2)
+                    batch.observe(latency, index == 0 ? .nan : 0.003)
+                }
+            }
+        }
+        XCTAssertEqual(first.counter("gateway_requests_total", ["route": "/"]), 800)
+        XCTAssertEqual(second.counter("gateway_requests_total", ["route": "/"]), 1600)
+        let text = second.exposition()
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_bucket{route=\"/\",le=\"0.005\"} 700\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_bucket{route=\"/\",le=\"+Inf\"} 800\n"), text)
+        XCTAssertTrue(text.contains("gateway_request_duration_seconds_count{route=\"/\"} 800\n"), text)
+        XCTAssertFalse(first.exposition().contains("gateway_request_duration_seconds"))
+
+        let risk = Metrics.Series("gateway_receipt_risk_metric", [:], buckets: [1, 10])
+        second.apply([.observe("gateway_receipt_risk_metric", [:], value: 4, buckets: [5])])
+        second.record { $0.observe(risk, 4) }
+        let risks = second.exposition()
+        XCTAssertTrue(risks.contains("gateway_receipt_risk_metric_bucket{le=\"5.0\"} 2\n"), risks)
+        XCTAssertFalse(risks.contains("gateway_receipt_risk_metric_bucket{le=\"10.0\"}"), risks)
+    }
+
     func testProcessMetricsComeFromProc() throws {
         let stat = try XCTUnwrap(ProcessMetrics.readStat())
         XCTAssertGreaterThan(stat.rss, 0)

@@ -2,12 +2,13 @@ import RedisClient
 import EventLoop
 import AttestStore
 import Foundation
+import Synchronization
 
 /// Prometheus text exposition of counters and histograms. Label sets are small and fixed by the
-/// configuration (routes, reason codes), so series stay bounded. Each series is keyed by its rendered
-/// name and labels (one string hash per update), and a request's updates are applied under one lock —
-/// one of several shards picked by thread, since one lock shared by every connection thread was the
-/// gateway's most contended; a scrape adds the shards up.
+/// configuration (routes, reason codes), so series stay bounded. Each series gets a slot once (by its
+/// rendered name and labels); its values live in an array of cells by slot, one array per shard picked by
+/// thread, a request's updates applied under one shard lock — one lock shared by every connection thread
+/// was the gateway's most contended. A scrape adds the shards up.
 public final class Metrics: Sendable {
     public static let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
@@ -22,14 +23,6 @@ public final class Metrics: Sendable {
 
         let series: Series
         let kind: Kind
-
-        var name: String { series.name }
-        var labels: String { series.labels }
-        /// name + labels: the series' key, built (and hashed) once.
-        var key: SeriesKey { series.key }
-        var help: String { series.help }
-        /// Histogram bucket bounds (latency unless said otherwise); fixed by the first update of a series.
-        var bounds: [Double] { series.bounds }
 
         public static func count(_ name: String, _ labels: KeyValuePairs<String, String>, by value: Double = 1, help: String = "") -> Update {
             Series(name, labels, help: help).count(by: value)
@@ -53,14 +46,17 @@ public final class Metrics: Sendable {
     }
 
     /// One series named and labelled once, for a hot path that updates it again and again: its updates need
-    /// no label rendering and no key building (those were a tenth of a relayed request's instructions). A
-    /// class, so an update carries one reference rather than copies of four strings and an array.
+    /// no label rendering and no key building (those were a tenth of a relayed request's instructions), and
+    /// it remembers its slot in the `Metrics` that last used it, so an update is an add into a cell (finding
+    /// the slot by the key's hash was a third of a request's metrics).
     public final class Series: Sendable {
         let name: String
         let labels: String
         let key: SeriesKey
         let help: String
         let bounds: [Double]
+        /// `Binding.word` of the slot this series has in a `Metrics`, or 0.
+        fileprivate let binding = Atomic<Int>(0)
 
         public init(_ name: String, _ labels: KeyValuePairs<String, String>, help: String = "", buckets: [Double] = Metrics.latencyBuckets) {
             self.name = name
@@ -79,36 +75,8 @@ public final class Metrics: Sendable {
         }
     }
 
-    private struct Counter {
-        let name: String
-        let labels: String
-        var value: Double
-    }
-
-    private struct Histogram {
-        let name: String
-        let labels: String
-        let bounds: [Double]
-        var buckets: [UInt64]
-        var count: UInt64 = 0
-        var sum: Double = 0
-
-        init(name: String, labels: String, bounds: [Double]) {
-            self.name = name
-            self.labels = labels
-            self.bounds = bounds
-            buckets = Array(repeating: 0, count: bounds.count)
-        }
-
-        mutating func record(_ seconds: Double, bucket: Int?) {
-            if let bucket { buckets[bucket] += 1 }
-            count += 1
-            sum += seconds
-        }
-    }
-
-    /// A series' name and rendered labels with its hash computed once: an update hashes one integer, not
-    /// the whole text (three text hashes a relayed request were a thousand instructions).
+    /// A series' name and rendered labels with its hash computed once: a lookup hashes one integer, not
+    /// the whole text.
     struct SeriesKey: Hashable, Sendable {
         let text: String
         private let hash: Int
@@ -122,17 +90,58 @@ public final class Metrics: Sendable {
         func hash(into hasher: inout Hasher) { hasher.combine(hash) }
     }
 
-    private struct State {
-        var counters: [SeriesKey: Counter] = [:]
-        var histograms: [SeriesKey: Histogram] = [:]
+    /// A series' slot in one `Metrics`, packed into one word a `Series` keeps: the metrics' id, whether it
+    /// is a histogram, the slot.
+    private struct Binding {
+        let word: Int
+
+        init(word: Int) {
+            self.word = word
+        }
+
+        init(metrics: Int, histogram: Bool, slot: Int) {
+            word = metrics << 33 | (histogram ? 1 << 32 : 0) | slot
+        }
+
+        func slot(metrics: Int, histogram: Bool) -> Int? {
+            word >> 33 == metrics && (word >> 32 & 1 == 1) == histogram ? word & 0xFFFF_FFFF : nil
+        }
+    }
+
+    /// What a slot holds, fixed when it is made.
+    private struct Entry {
+        let name: String
+        let labels: String
+        let key: SeriesKey
+        /// Bucket bounds of a histogram; nil for a counter.
+        let bounds: [Double]?
+    }
+
+    /// The series made so far (slots are indices into `entries`) and each name's type and help, recorded
+    /// with the first series of that name.
+    private struct Registry {
+        var counters: [SeriesKey: Int] = [:]
+        var histograms: [SeriesKey: Int] = [:]
+        var entries: [Entry] = []
         var help: [String: (type: String, text: String)] = [:]
+    }
+
+    /// One shard's values of one slot: a counter's value, or a histogram's sum, count and buckets (not
+    /// cumulative; empty until its first observation in this shard).
+    fileprivate struct Cell {
+        var value: Double = 0
+        var count: UInt64 = 0
+        var buckets: [UInt64] = []
     }
 
     private static let shardCount = 16
     private final class Shard: Sendable {
-        let state = Locked(State())
+        let cells = Locked<[Cell]>([])
     }
 
+    private static let nextID = Atomic<Int>(1)
+    private let id = Metrics.nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+    private let registry = Locked(Registry())
     private let shards: [Shard] = (0..<Metrics.shardCount).map { _ in Shard() }
 
     /// The calling thread's shard (thread ids are page-aligned stack addresses: drop the low bits).
@@ -151,80 +160,121 @@ public final class Metrics: Sendable {
     }
 
     public func apply(_ updates: [Update]) {
-        shard.state.withLock { state in
-            for update in updates {
-                // An existing series is updated in place, found with one hash of its key; its name's help was
-                // recorded when the shard's first series of that name was made.
-                switch update.kind {
-                case .count(let value):
-                    if let index = state.counters.index(forKey: update.key) {
-                        state.counters.values[index].value += value
-                    } else {
-                        state.counters[update.key] = Counter(name: update.name, labels: update.labels, value: value)
-                        if state.help[update.name] == nil { state.help[update.name] = ("counter", update.help) }
-                    }
-                case .observe(let seconds):
-                    let bucket = update.bounds.firstIndex { seconds <= $0 }
-                    // Modified in place: a copy taken out and stored back duplicated the bucket array each time.
-                    if let index = state.histograms.index(forKey: update.key) {
-                        state.histograms.values[index].record(seconds, bucket: bucket)
-                    } else {
-                        var histogram = Histogram(name: update.name, labels: update.labels, bounds: update.bounds)
-                        histogram.record(seconds, bucket: bucket)
-                        state.histograms[update.key] = histogram
-                        if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
-                    }
-                case .declare:
-                    if state.histograms[update.key] == nil {
-                        state.histograms[update.key] = Histogram(name: update.name, labels: update.labels, bounds: update.bounds)
-                    }
-                    if state.help[update.name] == nil { state.help[update.name] = ("histogram", update.help) }
-                }
+        record { batch in
+            for update in updates { batch.apply(update) }
+        }
+    }
+
+    /// Applies what `body` adds under one lock: a request's updates, without an array of them.
+    func record(_ body: (inout Batch) -> Void) {
+        shard.cells.withLock { cells in
+            var batch = Batch(metrics: self)
+            swap(&batch.cells, &cells)
+            body(&batch)
+            swap(&batch.cells, &cells)
+        }
+    }
+
+    /// Updates to the calling thread's shard, its lock held.
+    struct Batch {
+        fileprivate let metrics: Metrics
+        fileprivate var cells: [Cell] = []
+
+        mutating func count(_ series: Series, by value: Double = 1) {
+            let slot = metrics.slot(of: series, histogram: false).slot
+            grow(to: slot)
+            cells[slot].value += value
+        }
+
+        mutating func observe(_ series: Series, _ value: Double) {
+            let (slot, bounds) = metrics.slot(of: series, histogram: true)
+            grow(to: slot)
+            if cells[slot].buckets.isEmpty { cells[slot].buckets = Array(repeating: 0, count: bounds.count) }
+            var bucket = 0
+            while bucket < bounds.count && !(value <= bounds[bucket]) { bucket += 1 }  // NaN: no bucket
+            if bucket < bounds.count { cells[slot].buckets[bucket] += 1 }
+            cells[slot].count += 1
+            cells[slot].value += value
+        }
+
+        mutating func apply(_ update: Update) {
+            switch update.kind {
+            case .count(let value): count(update.series, by: value)
+            case .observe(let value): observe(update.series, value)
+            case .declare: _ = metrics.slot(of: update.series, histogram: true)
             }
         }
+
+        private mutating func grow(to slot: Int) {
+            if slot >= cells.count { cells += repeatElement(Cell(), count: slot + 1 - cells.count) }
+        }
+    }
+
+    /// The series' slot here, and its histogram bounds (the first series of a key fixed them): from the
+    /// series itself when it was bound here last, else from the registry (made there if new).
+    private func slot(of series: Series, histogram: Bool) -> (slot: Int, bounds: [Double]) {
+        if let slot = Binding(word: series.binding.load(ordering: .relaxed)).slot(metrics: id, histogram: histogram) {
+            return (slot, series.bounds)
+        }
+        let (slot, bounds) = registry.withLock { registry in
+            if registry.help[series.name] == nil { registry.help[series.name] = (histogram ? "histogram" : "counter", series.help) }
+            if let slot = histogram ? registry.histograms[series.key] : registry.counters[series.key] {
+                return (slot, registry.entries[slot].bounds ?? series.bounds)  // a counter has none: any will do
+            }
+            let slot = registry.entries.count
+            registry.entries.append(Entry(name: series.name, labels: series.labels, key: series.key, bounds: histogram ? series.bounds : nil))
+            if histogram { registry.histograms[series.key] = slot } else { registry.counters[series.key] = slot }
+            return (slot, series.bounds)
+        }
+        // Only a series whose bounds are its slot's: a fast-path observation buckets by the series' own.
+        if bounds == series.bounds {
+            series.binding.store(Binding(metrics: id, histogram: histogram, slot: slot).word, ordering: .relaxed)
+        }
+        return (slot, bounds)
     }
 
     /// The value of one counter series (tests and the demo read it).
     public func counter(_ name: String, _ labels: KeyValuePairs<String, String> = [:]) -> Double {
         let key = SeriesKey(name + Metrics.render(labels))
-        return shards.reduce(0) { total, shard in total + shard.state.withLock { $0.counters[key]?.value ?? 0 } }
+        guard let slot = registry.withLock({ $0.counters[key] }) else { return 0 }
+        return shards.reduce(0) { total, shard in total + shard.cells.withLock { slot < $0.count ? $0[slot].value : 0 } }
     }
 
     public func exposition(extra gauges: [(name: String, help: String, value: Double)] = []) -> String {
-        let snapshot = shards.reduce(into: State()) { merged, shard in
-            let state = shard.state.withLock { $0 }
-            merged.help.merge(state.help) { first, _ in first }
-            for (key, counter) in state.counters {
-                merged.counters[key, default: Counter(name: counter.name, labels: counter.labels, value: 0)].value += counter.value
-            }
-            for (key, histogram) in state.histograms {
-                var sum = merged.histograms[key] ?? Histogram(name: histogram.name, labels: histogram.labels, bounds: histogram.bounds)
-                sum.buckets = zip(sum.buckets, histogram.buckets).map(+)
-                sum.count += histogram.count
-                sum.sum += histogram.sum
-                merged.histograms[key] = sum
+        let registry = registry.withLock { $0 }
+        var totals = Array(repeating: Cell(), count: registry.entries.count)
+        for shard in shards {
+            let cells = shard.cells.withLock { $0 }
+            for (slot, cell) in zip(cells.indices, cells) where slot < totals.count {
+                totals[slot].value += cell.value
+                totals[slot].count += cell.count
+                if totals[slot].buckets.isEmpty { totals[slot].buckets = cell.buckets } else if !cell.buckets.isEmpty {
+                    totals[slot].buckets = zip(totals[slot].buckets, cell.buckets).map(+)
+                }
             }
         }
         var output = ""
         var described = Set<String>()
         func describe(_ name: String) {
-            guard described.insert(name).inserted, let help = snapshot.help[name] else { return }
+            guard described.insert(name).inserted, let help = registry.help[name] else { return }
             output += "# HELP \(name) \(help.text)\n# TYPE \(name) \(help.type)\n"
         }
-        for (_, counter) in snapshot.counters.sorted(by: { $0.key.text < $1.key.text }) {
+        for slot in registry.counters.values.sorted(by: { registry.entries[$0].key.text < registry.entries[$1].key.text }) {
+            let counter = registry.entries[slot]
             describe(counter.name)
-            output += "\(counter.name)\(counter.labels) \(Metrics.number(counter.value))\n"
+            output += "\(counter.name)\(counter.labels) \(Metrics.number(totals[slot].value))\n"
         }
-        for (_, histogram) in snapshot.histograms.sorted(by: { $0.key.text < $1.key.text }) {
+        for slot in registry.histograms.values.sorted(by: { registry.entries[$0].key.text < registry.entries[$1].key.text }) {
+            let histogram = registry.entries[slot], bounds = histogram.bounds ?? [], total = totals[slot]
             describe(histogram.name)
             var cumulative: UInt64 = 0
-            for (index, bound) in histogram.bounds.enumerated() {
-                cumulative += histogram.buckets[index]
+            for (index, bound) in bounds.enumerated() {
+                cumulative += total.buckets.isEmpty ? 0 : total.buckets[index]
                 output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"\(bound)\"")) \(cumulative)\n"
             }
-            output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"+Inf\"")) \(histogram.count)\n"
-            output += "\(histogram.name)_sum\(histogram.labels) \(histogram.sum)\n"
-            output += "\(histogram.name)_count\(histogram.labels) \(histogram.count)\n"
+            output += "\(histogram.name)_bucket\(Metrics.with(histogram.labels, "le=\"+Inf\"")) \(total.count)\n"
+            output += "\(histogram.name)_sum\(histogram.labels) \(total.value)\n"
+            output += "\(histogram.name)_count\(histogram.labels) \(total.count)\n"
         }
         for gauge in gauges {
             output += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Metrics.number(gauge.value))\n"

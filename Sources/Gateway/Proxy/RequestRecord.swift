@@ -91,16 +91,17 @@ final class RequestRecord: @unchecked Sendable {
         // One lock for all of this request's metrics.
         let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
                                                           code: KnownSeries.code(status), attestMethod: attestMethod))
-        var updates: [Metrics.Update] = []
-        updates.reserveCapacity(7)  // one allocation: a literal of two grew on the first append
-        updates += [series.requests.count(), series.duration.observe(seconds: totalMs / 1000)]
-        if let upstreamMs, upstreamStatus != nil { updates.append(series.upstream.observe(seconds: upstreamMs / 1000)) }
-        if let attest = series.attest { updates.append(attest.count()) }
-        if let reason, reason.hasPrefix("store_") {
-            updates.append(.count("gateway_store_errors_total", ["reason": reason], help: MetricHelp.storeErrors))
+        let storeError = reason.flatMap { reason in
+            reason.hasPrefix("store_") ? Metrics.Update.count("gateway_store_errors_total", ["reason": reason], help: MetricHelp.storeErrors) : nil
         }
-        if let verifyMs { updates.append(RequestSeries.verify.observe(seconds: verifyMs / 1000)) }
-        if let storeMs { updates.append(RequestSeries.store.observe(seconds: storeMs / 1000)) }
-        metrics.apply(updates)
+        metrics.record { batch in
+            batch.count(series.requests)
+            batch.observe(series.duration, totalMs / 1000)
+            if let upstreamMs, upstreamStatus != nil { batch.observe(series.upstream, upstreamMs / 1000) }
+            if let attest = series.attest { batch.count(attest) }
+            if let storeError { batch.apply(storeError) }
+            if let verifyMs { batch.observe(RequestSeries.verify, verifyMs / 1000) }
+            if let storeMs { batch.observe(RequestSeries.store, storeMs / 1000) }
+        }
     }
 }

@@ -22,17 +22,31 @@ struct RequestSeries: Sendable {
     static let verify = Metrics.Series("gateway_verify_duration_seconds", [:], help: MetricHelp.verifyDuration)
     static let store = Metrics.Series("gateway_store_duration_seconds", [:], help: MetricHelp.storeDuration)
 
-    private static let known = Locked<[Shape: RequestSeries]>([:])
+    private static let known = Locked(Known())
     /// Should a shape ever vary without bound, the cache starts over rather than grow.
     private static let capacity = 4096
+    /// Shapes looked up lately, searched first: their strings are mostly the same storage each time (the
+    /// route's name from the configuration, literals), so comparing them is a pointer compare, where the
+    /// dictionary hashed five strings per request.
+    private static let recentCount = 8
+
+    private struct Known {
+        var all: [Shape: RequestSeries] = [:]
+        var recent: [(shape: Shape, series: RequestSeries)] = []
+        var next = 0
+
+        mutating func remember(_ shape: Shape, _ series: RequestSeries) {
+            if all.count >= capacity { all.removeAll() }
+            all[shape] = series
+            if recent.count < recentCount { recent.append((shape, series)) } else { recent[next] = (shape, series) }
+            next = (next + 1) % recentCount
+        }
+    }
 
     static func of(_ shape: Shape) -> RequestSeries {
-        if let series = known.withLock({ $0[shape] }) { return series }
-        let series = RequestSeries(shape)
-        known.withLock { known in
-            if known.count >= capacity { known.removeAll() }
-            known[shape] = series
-        }
+        if let series = known.withLock({ $0.recent.first { $0.shape == shape }?.series }) { return series }
+        let series = known.withLock { $0.all[shape] } ?? RequestSeries(shape)
+        known.withLock { $0.remember(shape, series) }
         return series
     }
 
