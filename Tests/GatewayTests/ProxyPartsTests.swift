@@ -247,9 +247,26 @@ final class ProxyPartsTests: XCTestCase {
         line.string("c", "\u{00}\u{00}")
         line.string("d", String(repeating: "clean/", count: 40))
         line.int("e", Int.min)
+        line.string("f", "/a/long/path/with/\"/past/eight/bytes\\")
         let expected = #"{"a":"\"x\\y\n\u0009\u000d\u0001\u001f"# + "\u{7F}é😀z" + #"\"","b":"","c":"\u0000\u0000","d":""#
-            + String(repeating: "clean/", count: 40) + #"","e":-9223372036854775808}"# + "\n"
+            + String(repeating: "clean/", count: 40) + #"","e":-9223372036854775808,"f":"/a/long/path/with/\"/past/eight/bytes\\"}"# + "\n"
         XCTAssertEqual(String(decoding: line.line, as: UTF8.self), expected)
+    }
+
+    /// Values are scanned for escapes eight bytes at a time: every byte value in every place of a word, beside
+    /// ASCII and non-ASCII neighbours, is flagged exactly when it needs an escape.
+    func testJSONLineWordScanFlagsExactlyTheBytesToEscape() {
+        for neighbour: UInt8 in [0x21, 0x23, 0x5B, 0x5D, 0x61, 0x7F, 0x80, 0xC3, 0xFF] {
+            for byte in UInt8.min...UInt8.max {
+                for place in 0..<8 {
+                    var word = UInt64(neighbour) &* 0x0101_0101_0101_0101
+                    word &= ~(0xFF << (8 * UInt64(place)))
+                    word |= UInt64(byte) << (8 * UInt64(place))
+                    let needs = byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+                    XCTAssertEqual(JSONLine.mayNeedEscape(word), needs, "byte \(byte) at \(place) among \(neighbour)")
+                }
+            }
+        }
     }
 
     /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's

@@ -125,10 +125,11 @@ struct JSONLine {
     }
 
     /// RFC 8259 string content: quote, backslash and control characters escaped; the rest is UTF-8 as is.
-    /// Runs of bytes that need no escape (usually the whole value) are copied at once.
+    /// Runs of bytes that need no escape (usually the whole value) are copied at once; the leading run is
+    /// found eight bytes at a time (a byte-by-byte test was a tenth of the line).
     @inline(__always) private static func escaping(_ utf8: UnsafeBufferPointer<UInt8>, to out: inout OutputSpan<UInt8>) {
         var run = 0
-        for index in utf8.indices {
+        for index in utf8.indices[cleanPrefix(of: utf8)...] {
             let byte = utf8[index]
             guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
             out.append(copying: UnsafeBufferPointer(rebasing: utf8[run..<index]))
@@ -146,6 +147,24 @@ struct JSONLine {
             }
         }
         out.append(copying: UnsafeBufferPointer(rebasing: utf8[run...]))
+    }
+
+    /// How many leading bytes, in whole words of eight, surely need no escape.
+    @inline(__always) private static func cleanPrefix(of utf8: UnsafeBufferPointer<UInt8>) -> Int {
+        let bytes = UnsafeRawBufferPointer(utf8)
+        var offset = 0
+        while offset + 8 <= bytes.count, !mayNeedEscape(bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) { offset += 8 }
+        return offset
+    }
+
+    /// Whether any byte of `word` is below 0x20, a quote or a backslash (the zero-byte test: a borrow
+    /// can blur which byte it was, never whether there is one).
+    @inline(__always) static func mayNeedEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        func hasZeroByte(_ word: UInt64) -> Bool { (word &- ones) & ~word & highs != 0 }
+        let belowSpace = (word &- ones &* 0x20) & ~word & highs != 0
+        return belowSpace || hasZeroByte(word ^ (ones &* UInt64(UInt8(ascii: "\""))))
+            || hasZeroByte(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))
     }
 
     @inline(__always) private static func hexDigit(_ nibble: UInt8) -> UInt8 {

@@ -35,6 +35,14 @@ struct RequestSeries: Sendable {
         var recent: [(shape: Shape, series: RequestSeries)] = []
         var next = 0
 
+        /// The series of `shape` if it is among the recent ones, which is moved first (a few shapes make
+        /// most requests).
+        mutating func recent(_ shape: Shape) -> RequestSeries? {
+            guard let index = recent.firstIndex(where: { $0.shape == shape }) else { return nil }
+            if index > 0 { recent.swapAt(0, index) }
+            return recent[0].series
+        }
+
         mutating func remember(_ shape: Shape, _ series: RequestSeries) {
             if all.count >= capacity { all.removeAll() }
             all[shape] = series
@@ -44,7 +52,7 @@ struct RequestSeries: Sendable {
     }
 
     static func of(_ shape: Shape) -> RequestSeries {
-        if let series = known.withLock({ $0.recent.first { $0.shape == shape }?.series }) { return series }
+        if let series = known.withLock({ $0.recent(shape) }) { return series }
         let series = known.withLock { $0.all[shape] } ?? RequestSeries(shape)
         known.withLock { $0.remember(shape, series) }
         return series
