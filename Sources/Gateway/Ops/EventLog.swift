@@ -75,9 +75,7 @@ public final class EventLog: Sendable {
     /// A buffered log builds the line in its pending buffer, under its lock (formatting only: no I/O).
     func request(level: Level, _ fields: (inout JSONLine) -> Void) {
         func fill(_ line: inout JSONLine, _ clock: inout LogClock) {
-            line.timestamp("time", clock: &clock)
-            line.string("level", level.rawValue)
-            line.string("event", "request")
+            line.opening(clock: &clock, level: level.rawValue, event: "request")
             fields(&line)
         }
         guard buffered else {

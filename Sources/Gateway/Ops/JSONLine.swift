@@ -21,26 +21,28 @@ struct JSONLine {
         bytes.append(UInt8(ascii: "{"))
     }
 
-    /// The time now, RFC 3339 UTC with milliseconds, as a string value.
-    @inline(__always) mutating func timestamp(_ key: StaticString, clock: inout LogClock) {
+    /// `"time":…,"level":…,"event":…`, what every line of the log starts with, in one append; the time is
+    /// now, RFC 3339 UTC with milliseconds.
+    @inline(__always) mutating func opening(clock: inout LogClock, level: String, event: String) {
         let first = isFirst
-        bytes.append(addingCapacity: JSONLine.keyRoom(key) + LogClock.width + 2) { out in
-            JSONLine.key(key, first: first, to: &out)
+        let longest = 3 * JSONLine.keyRoom("level") + LogClock.width + 2 + JSONLine.quotedRoom(level) + JSONLine.quotedRoom(event)
+        bytes.append(addingCapacity: longest) { out in
+            JSONLine.key("time", first: first, to: &out)
             out.append(UInt8(ascii: "\""))
             clock.write(to: &out)
             out.append(UInt8(ascii: "\""))
+            JSONLine.key("level", first: false, to: &out)
+            JSONLine.quoted(level, to: &out)
+            JSONLine.key("event", first: false, to: &out)
+            JSONLine.quoted(event, to: &out)
         }
     }
 
     @inline(__always) mutating func string(_ key: StaticString, _ value: String) {
         let first = isFirst
-        // Every byte escaped as \u00XX is the longest form (utf8.count is stored in a native string).
-        bytes.append(addingCapacity: JSONLine.keyRoom(key) + value.utf8.count * 6 + 2) { out in
+        bytes.append(addingCapacity: JSONLine.keyRoom(key) + JSONLine.quotedRoom(value)) { out in
             JSONLine.key(key, first: first, to: &out)
-            out.append(UInt8(ascii: "\""))
-            let copied: Void? = value.utf8.withContiguousStorageIfAvailable { JSONLine.escaping($0, to: &out) }
-            if copied == nil { Array(value.utf8).withUnsafeBufferPointer { JSONLine.escaping($0, to: &out) } }
-            out.append(UInt8(ascii: "\""))
+            JSONLine.quoted(value, to: &out)
         }
     }
 
@@ -71,9 +73,10 @@ struct JSONLine {
             let whole = UInt(thousandths)
             JSONLine.digits(whole / 1000, to: &out)
             out.append(UInt8(ascii: "."))
-            var fraction = whole % 1000, width = 3  // trailing zeros dropped, one digit kept
-            while width > 1 && fraction % 10 == 0 { fraction /= 10; width -= 1 }
-            JSONLine.digits(fraction, width: width, to: &out)
+            let fraction = whole % 1000  // three digits, trailing zeros dropped, one kept
+            out.append(UInt8(ascii: "0") + UInt8(fraction / 100))
+            if fraction % 100 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction / 10 % 10)) }
+            if fraction % 10 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction % 10)) }
         }
     }
 
@@ -114,10 +117,22 @@ struct JSONLine {
         out.append(UInt8(ascii: ":"))
     }
 
+    /// Room for `value` quoted: every byte escaped as \u00XX is the longest form (utf8.count is stored in a
+    /// native string).
+    @inline(__always) private static func quotedRoom(_ value: String) -> Int { value.utf8.count * 6 + 2 }
+
+    @inline(__always) private static func quoted(_ value: String, to out: inout OutputSpan<UInt8>) {
+        out.append(UInt8(ascii: "\""))
+        let copied: Void? = value.utf8.withContiguousStorageIfAvailable { escaping($0, to: &out) }
+        if copied == nil { Array(value.utf8).withUnsafeBufferPointer { escaping($0, to: &out) } }
+        out.append(UInt8(ascii: "\""))
+    }
+
     /// The magnitude's decimal digits, zero-padded to `width`.
     @inline(__always) static func digits(_ value: UInt, width: Int = 1, to out: inout OutputSpan<UInt8>) {
         var divisor: UInt = 1, places = 1
-        while value / divisor >= 10 || places < width { divisor *= 10; places += 1 }
+        let tenth = value / 10  // divisor <= tenth: another digit (value / divisor >= 10, without a division)
+        while divisor <= tenth || places < width { divisor *= 10; places += 1 }
         while divisor > 0 {
             out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
             divisor /= 10
