@@ -16,6 +16,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private let timeouts: UpstreamTimeouts
     private let upload: UpstreamUpload?
     private let framing: BodyFraming
+    /// HEAD: the response has no body whatever its head says.
+    private let isHead: Bool
     private let maxIdle: Int
     private let keepAliveMs: Int
     private let watchdog: Watchdog
@@ -35,7 +37,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     // The response head as the parser reports it.
     private(set) var status = 0
-    private(set) var fields: [HTTPField] = []
+    private(set) var head = ResponseHead()
     private var headComplete = false
     private var messageComplete = false
     /// Bytes followed the final response: the connection is not reused.
@@ -70,6 +72,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.maxIdle = maxIdle
         self.keepAliveMs = keepAliveMs
         framing = request.framing(upload: upload)
+        isHead = request.method == "HEAD"
         watchdog = pool.takeWatchdog()
         if timeouts.totalMs > 0 { totalDeadlineNs = startNs + UInt64(timeouts.totalMs) * 1_000_000 }
     }
@@ -91,7 +94,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             exchange.start { continuation.resume(returning: Unchecked($0)) }
         }
         try opened.value.get()
-        return UpstreamStream(status: exchange.status, headers: exchange.fields, timing: exchange.timing,
+        return UpstreamStream(status: exchange.status, headers: exchange.head.fields, timing: exchange.timing,
                               remoteAddress: exchange.remoteAddress, backend: exchange)
     }
 
@@ -132,7 +135,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.connection = connection
         remoteAddress = connection.remoteAddress
         connection.exchange = self
-        connection.reset()
+        connection.parser.reset()
         receivedAny = false
     }
 
@@ -187,7 +190,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         // The parser is the connection's: it stays alive through the feed even if the exchange lets go of it.
         let fed = withExtendedLifetime(connection) { connection.parser.feed(bytes) }
         guard self.connection != nil else { return }  // the receiver cancelled while taking body bytes
-        if connection.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
+        if connection.parser.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
         switch fed {
         case .failed(let reason):
             return fail(.protocolError("the upstream's response is not valid HTTP/1.1: \(reason)"))
@@ -258,26 +261,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     // MARK: - Parser events
 
-    /// Names as received, values as UTF-8 (invalid bytes replaced) without surrounding blanks.
-    func parsedField(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        var start = 0, end = value.count
-        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
-        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
-        if fields.isEmpty { fields.reserveCapacity(16) }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self),
-                                String(decoding: UnsafeBufferPointer(rebasing: value[start..<end]), as: UTF8.self)))
-    }
-
     func parsedHeadersComplete(status: Int) -> Bool {
-        guard status >= 200 else {
-            // An interim response (100, 103): the final one follows. It never has a body (RFC 9112 §6.3), whatever
-            // its head says: bytes after it are the final response's, or the upstream's protocol error.
-            fields.removeAll(keepingCapacity: true)
-            return true
-        }
+        // An interim response (100, 103): the final one follows. It never has a body (RFC 9112 §6.3), whatever
+        // its head says: bytes after it are the final response's, or the upstream's protocol error.
+        guard status >= 200 else { return true }
         self.status = status
+        if let connection { head = connection.parser.takeHead() }
         headComplete = true
-        return request.method == "HEAD" || status == 204 || status == 304
+        return isHead || status == 204 || status == 304
     }
 
     func parsedBody(_ bytes: UnsafeRawBufferPointer) {
@@ -306,8 +297,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
             && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
-            && ResponseFraming.isUnambiguous(fields, status: status, method: request.method)
-        let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, fields: fields) : 0
+            && ResponseFraming.isUnambiguous(head, bodyless: isHead || status == 204 || status == 304)
+        let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, keepAlive: head.keepAlive) : 0
         if keepFor > 0 { pool.put(connection, limit: maxIdle, keepForMs: keepFor) } else { connection.close() }
         outcome = .some(nil)
         finishIfDone()

@@ -1,10 +1,11 @@
 import EventLoop
 
 /// One kept-alive connection to an `http://` upstream, owned by its loop: the socket, the response parser
-/// it reuses for every exchange, and the peer as logged. It stays the socket's and the parser's delegate for
-/// its whole life and hands their events to the exchange it serves (a weak reference set per exchange
-/// would cost an allocation per request). While idle in the pool it keeps reading (no epoll_ctl between
-/// exchanges): anything it hears then (the upstream closing it, or bytes out of turn) closes it.
+/// it reuses for every exchange (with the buffer a head's fields are read into), and the peer as logged. It
+/// stays the socket's and the parser's delegate for its whole life and hands their events to the exchange it
+/// serves (a weak reference set per exchange would cost an allocation per request). While idle in the pool
+/// it keeps reading (no epoll_ctl between exchanges): anything it hears then (the upstream closing it, or
+/// bytes out of turn) closes it.
 final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
@@ -15,13 +16,6 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     unowned var exchange: PlainHTTPExchange?
     fileprivate let key: String
     fileprivate weak var pool: PlainHTTPPool?
-    /// A field's name and value may arrive in pieces (a read can end inside one): joined here, in buffers
-    /// kept from one exchange to the next, and handed over whole.
-    private var name: [UInt8] = []
-    private var value: [UInt8] = []
-    private var inValue = false
-    /// Field bytes of the response being read (its limit is the exchange's to enforce).
-    private(set) var headBytes = 0
     /// While idle: when it stops being reused (the loop's clock, ms).
     fileprivate var reusableUntilMs: UInt64 = 0
     fileprivate func isExpired(at nowMs: UInt64) -> Bool { reusableUntilMs <= nowMs }
@@ -51,41 +45,7 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
     func drained() { exchange?.drained() }
 
-    /// For the next response: the parser anew, no field half-read.
-    func reset() {
-        parser.reset()
-        name.removeAll(keepingCapacity: true)
-        value.removeAll(keepingCapacity: true)
-        inValue = false
-        headBytes = 0
-    }
-
-    func parsedField(name bytes: UnsafeRawBufferPointer) {
-        if inValue { handOverField() }
-        headBytes += bytes.count
-        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-    }
-
-    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
-        inValue = true
-        headBytes += bytes.count
-        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-    }
-
-    private func handOverField() {
-        if !name.isEmpty, let exchange {
-            name.withUnsafeBufferPointer { name in value.withUnsafeBufferPointer { exchange.parsedField(name: name, value: $0) } }
-        }
-        name.removeAll(keepingCapacity: true)
-        value.removeAll(keepingCapacity: true)
-        inValue = false
-    }
-
-    func parsedHeadersComplete(status: Int) -> Bool {
-        handOverField()
-        return exchange?.parsedHeadersComplete(status: status) ?? true
-    }
-
+    func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
     func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
     func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
