@@ -20,7 +20,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private let isHead: Bool
     private let maxIdle: Int
     private let keepAliveMs: Int
-    private let watchdog: Watchdog
+    /// The connect timeout's clock, from the pool; once connected, the connection's own times the exchange.
+    private var connectWatchdog: Watchdog?
     private var phase = Phase.connecting
     private var clock = Clock.connect
     private var connection: PlainHTTPConnection?
@@ -73,14 +74,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.keepAliveMs = keepAliveMs
         framing = request.framing(upload: upload)
         isHead = request.method == "HEAD"
-        watchdog = pool.takeWatchdog()
         if timeouts.totalMs > 0 { totalDeadlineNs = startNs + UInt64(timeouts.totalMs) * 1_000_000 }
     }
 
     deinit {
         // Dropped without `relay`'s end or `cancel` (a caller that gave up): the connection cannot be reused.
         if let connection = detach(), !ended { connection.close() }
-        pool.giveBack(watchdog)
+        dropConnectWatchdog()
     }
 
     var timing: UpstreamTiming { UpstreamTiming(connectMs: connectMs, firstByteMs: firstByteMs, reusedConnection: reused) }
@@ -100,7 +100,6 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     private func start(_ headDone: @escaping (Result<Void, UpstreamError>) -> Void) {
         onHead = headDone
-        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
         if let idle = pool.take(endpoint.poolKey) {
             reused = true
             attach(idle)
@@ -112,9 +111,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     private func connect() {
         phase = .connecting
+        let watchdog = pool.takeWatchdog()
+        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
+        connectWatchdog = watchdog
         arm(timeouts.connectMs, .connect)
         connecting = TCPConnection.connect(pool.loop, host: endpoint.host, port: endpoint.port) { [self] result in
             connecting = nil
+            dropConnectWatchdog()
             guard phase == .connecting, !ended, outcome == nil else {
                 if case .success(let late) = result { late.close() }  // the exchange timed out or was cancelled meanwhile
                 return
@@ -124,7 +127,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
                 fail(.unavailable("could not connect to \(endpoint.poolKey): \(error)"))
             case .success(let tcp):
                 connectMs = Self.milliseconds(since: startNs)
-                attach(PlainHTTPConnection(tcp, key: endpoint.poolKey, port: endpoint.port))
+                attach(PlainHTTPConnection(tcp, key: endpoint.poolKey, port: endpoint.port, loop: pool.loop))
                 tcp.startReading()
                 send()
             }
@@ -209,7 +212,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         if phase == .body {
             if receiverFull || pending.count >= Self.pendingLimit {
                 // Not the upstream's silence: the receiver is the one not taking bytes.
-                watchdog.stop()
+                connection.watchdog.stop()
                 stopReading()
             } else {
                 arm(timeouts.idleMs, .idle)
@@ -292,7 +295,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     /// of this exchange is still under way on it.
     private func complete() {
         guard let connection = detach() else { return }
-        watchdog.stop()
+        connection.watchdog.stop()
         phase = .done
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
@@ -306,7 +309,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     private func fail(_ error: UpstreamError) {
         guard outcome == nil, !ended else { return }
-        watchdog.stop()
+        connection?.watchdog.stop()
+        dropConnectWatchdog()
         phase = .done
         connecting?.cancel()
         connecting = nil
@@ -331,7 +335,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         end(outcome)
     }
 
-    private func timedOut() {
+    /// The watchdog fired (the connection's, or the connect one's).
+    func timedOut() {
         switch clock {
         case .connect: fail(.timeout("could not connect to \(endpoint.poolKey) within \(timeouts.connectMs) ms"))
         case .firstByte: fail(.timeout("no response within \(timeouts.firstByteMs) ms"))
@@ -342,6 +347,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     /// Starts the watchdog for `milliseconds`, or for what is left of the total when that is sooner.
     private func arm(_ milliseconds: Int, _ clock: Clock) {
+        guard let watchdog = connection?.watchdog ?? connectWatchdog else { return }
         if let deadline = totalDeadlineNs {
             let now = DispatchTime.now().uptimeNanoseconds
             let left = deadline > now ? Int((deadline - now) / 1_000_000) : 0
@@ -384,7 +390,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             receiverFull = !pending.withUnsafeBytes { onBody($0) }
             pending.removeAll(keepingCapacity: pending.capacity <= 2 * Self.pendingLimit)
         }
-        if receiverFull { return watchdog.stop() }
+        if receiverFull { return connection?.watchdog.stop() ?? () }
         if outcome != nil { return finishIfDone() }
         if phase == .body {
             arm(timeouts.idleMs, .idle)
@@ -401,11 +407,18 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         onEnd = nil
         onBody = nil
         onHead = nil
-        watchdog.stop()
+        connection?.watchdog.stop()
+        dropConnectWatchdog()
         upload?.consumer = nil
         connecting?.cancel()
         connecting = nil
         detach()?.close()
+    }
+
+    private func dropConnectWatchdog() {
+        guard let watchdog = connectWatchdog else { return }
+        connectWatchdog = nil
+        pool.giveBack(watchdog)
     }
 
     /// Lets go of the connection (and it of this exchange); the caller pools or closes what it gets.

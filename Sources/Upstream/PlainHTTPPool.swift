@@ -9,6 +9,9 @@ import EventLoop
 final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
+    /// Times the exchange it serves, from the request to the end of the response (one timer for the
+    /// connection's life: cheaper than one handed to each exchange, and nothing to set per exchange).
+    let watchdog: Watchdog
     /// "ip:port", "[ip]:port" for IPv6.
     let remoteAddress: String
     /// The exchange this connection serves, nil while idle. The exchange holds the connection and clears this
@@ -20,18 +23,21 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     fileprivate var reusableUntilMs: UInt64 = 0
     fileprivate func isExpired(at nowMs: UInt64) -> Bool { reusableUntilMs <= nowMs }
 
-    init(_ tcp: TCPConnection, key: String, port: Int) {
+    init(_ tcp: TCPConnection, key: String, port: Int, loop: EventLoop) {
         self.tcp = tcp
         self.key = key
+        watchdog = Watchdog(loop)
         let ip = tcp.peerAddress
         remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
         tcp.delegate = self
         parser.delegate = self
+        watchdog.expired = { [unowned self] in exchange?.timedOut() }
     }
 
     func close() {
         exchange = nil
         pool = nil
+        watchdog.close()
         tcp.close()
     }
 
@@ -52,8 +58,8 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
 /// The idle connections of one loop, per upstream host and port, most recently used last (likeliest alive);
 /// bounded per upstream (`maxIdleConnections`) and for the loop (`LoopMulti.idleConnectionsPerLoop`). Also
-/// what exchanges reuse instead of allocating per request: the first-byte/idle timers and the buffer a
-/// request head is assembled in. Loop thread only.
+/// what exchanges reuse instead of allocating per request: the connect timers and the buffer a request
+/// head is assembled in. Loop thread only.
 final class PlainHTTPPool {
     let loop: EventLoop
     private let capacity: Int
