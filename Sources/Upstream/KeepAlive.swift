@@ -5,10 +5,9 @@ enum KeepAlive {
     static let hintMarginMs = 1000
 
     /// The configured time, shortened by the response's `Keep-Alive: timeout=N`; 0: do not keep it.
-    static func idleLimitMs(configured: Int, fields: [HTTPField]) -> Int {
-        guard let field = fields.first(where: { $0.hasName("keep-alive") }), let seconds = timeoutSeconds(field.value) else {
-            return configured
-        }
+    /// `keepAlive`: the value of the response's first Keep-Alive field.
+    static func idleLimitMs(configured: Int, keepAlive: String?) -> Int {
+        guard let keepAlive, let seconds = timeoutSeconds(keepAlive) else { return configured }
         return max(0, min(configured, seconds * 1000 - hintMarginMs))
     }
 

@@ -311,29 +311,58 @@ extension UpstreamClient {
 /// The first-byte and idle clock of one exchange (curl has neither: only connect and total). A loop-mode
 /// transfer keeps its watchdog from one exchange to the next (a timer made and closed per request was a few
 /// allocations and a close callback each time); the transfer closes it when it goes.
+/// Arming is a store of the deadline: the loop timer is started only when it is not already due by then,
+/// and when it fires before the deadline (re-armed later meanwhile, or stopped) it starts again for what is
+/// left, or not at all — a timer started and stopped twice per request cost more than the exchange's parse.
 final class Watchdog {
     private let timer: LoopTimer
+    private let loop: EventLoop
     var idleMs = 0
     var expired: (() -> Void)?
+    /// When it fires (the loop's clock, ms); nil: stopped.
+    private var deadlineMs: UInt64?
+    /// When the loop timer is due; nil: not running.
+    private var timerDueMs: UInt64?
 
     init(_ loop: EventLoop) {
+        self.loop = loop
         var fire: (() -> Void)?
         timer = LoopTimer(loop) { fire?() }
-        fire = { [unowned self] in expired?() }
+        fire = { [unowned self] in timerFired() }
     }
 
-    func arm(_ milliseconds: Int) { timer.start(milliseconds: milliseconds) }
-    func stop() { timer.stop() }
+    func arm(_ milliseconds: Int) {
+        let deadline = loop.nowMs + UInt64(max(0, milliseconds))
+        deadlineMs = deadline
+        if let due = timerDueMs, due <= deadline { return }
+        timerDueMs = deadline
+        timer.start(milliseconds: milliseconds)
+    }
+
+    func stop() { deadlineMs = nil }
 
     /// The exchange is over: nothing fires until the next one arms it.
     func disarm() {
         expired = nil
-        timer.stop()
+        deadlineMs = nil
     }
 
     func close() {
         expired = nil
+        deadlineMs = nil
         timer.close()
+    }
+
+    private func timerFired() {
+        timerDueMs = nil
+        guard let deadline = deadlineMs else { return }
+        let now = loop.nowMs
+        guard now >= deadline else {
+            timerDueMs = deadline
+            return timer.start(milliseconds: Int(deadline - now))
+        }
+        deadlineMs = nil
+        expired?()
     }
 }
 

@@ -10,6 +10,9 @@ struct PlainHTTPEndpoint: Sendable, Equatable {
     let poolKey: String
     /// Path prefix of the base URL ("" or "/api"), put in front of every request target.
     let pathPrefix: String
+    /// What follows the request target when the caller sends no Host: the HTTP version and `Host`, made once.
+    let headTail: [UInt8]
+    static let versionLine = Array(" HTTP/1.1\r\n".utf8)
 
     /// nil: not a plain `http://` URL this client takes (the caller uses curl).
     init?(baseURL: String) {
@@ -47,5 +50,6 @@ struct PlainHTTPEndpoint: Sendable, Equatable {
         let bracketed = authority.hasPrefix("[") ? "[" + host + "]" : host
         hostHeader = port == 80 ? bracketed : bracketed + ":" + String(port)
         poolKey = bracketed + ":" + String(port)
+        headTail = Self.versionLine + Array("Host: \(hostHeader)\r\n".utf8)
     }
 }

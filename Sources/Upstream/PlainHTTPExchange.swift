@@ -16,9 +16,12 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private let timeouts: UpstreamTimeouts
     private let upload: UpstreamUpload?
     private let framing: BodyFraming
+    /// HEAD: the response has no body whatever its head says.
+    private let isHead: Bool
     private let maxIdle: Int
     private let keepAliveMs: Int
-    private let watchdog: Watchdog
+    /// The connect timeout's clock, from the pool; once connected, the connection's own times the exchange.
+    private var connectWatchdog: Watchdog?
     private var phase = Phase.connecting
     private var clock = Clock.connect
     private var connection: PlainHTTPConnection?
@@ -35,7 +38,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     // The response head as the parser reports it.
     private(set) var status = 0
-    private(set) var fields: [HTTPField] = []
+    private(set) var head = ResponseHead()
     private var headComplete = false
     private var messageComplete = false
     /// Bytes followed the final response: the connection is not reused.
@@ -70,14 +73,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.maxIdle = maxIdle
         self.keepAliveMs = keepAliveMs
         framing = request.framing(upload: upload)
-        watchdog = pool.takeWatchdog()
+        isHead = request.method == "HEAD"
         if timeouts.totalMs > 0 { totalDeadlineNs = startNs + UInt64(timeouts.totalMs) * 1_000_000 }
     }
 
     deinit {
         // Dropped without `relay`'s end or `cancel` (a caller that gave up): the connection cannot be reused.
         if let connection = detach(), !ended { connection.close() }
-        pool.giveBack(watchdog)
+        dropConnectWatchdog()
     }
 
     var timing: UpstreamTiming { UpstreamTiming(connectMs: connectMs, firstByteMs: firstByteMs, reusedConnection: reused) }
@@ -91,13 +94,12 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             exchange.start { continuation.resume(returning: Unchecked($0)) }
         }
         try opened.value.get()
-        return UpstreamStream(status: exchange.status, headers: exchange.fields, timing: exchange.timing,
+        return UpstreamStream(status: exchange.status, headers: exchange.head.fields, timing: exchange.timing,
                               remoteAddress: exchange.remoteAddress, backend: exchange)
     }
 
     private func start(_ headDone: @escaping (Result<Void, UpstreamError>) -> Void) {
         onHead = headDone
-        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
         if let idle = pool.take(endpoint.poolKey) {
             reused = true
             attach(idle)
@@ -109,9 +111,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     private func connect() {
         phase = .connecting
+        let watchdog = pool.takeWatchdog()
+        watchdog.expired = { [unowned self] in timedOut() }  // disarmed before the exchange goes (`giveBack`)
+        connectWatchdog = watchdog
         arm(timeouts.connectMs, .connect)
         connecting = TCPConnection.connect(pool.loop, host: endpoint.host, port: endpoint.port) { [self] result in
             connecting = nil
+            dropConnectWatchdog()
             guard phase == .connecting, !ended, outcome == nil else {
                 if case .success(let late) = result { late.close() }  // the exchange timed out or was cancelled meanwhile
                 return
@@ -121,7 +127,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
                 fail(.unavailable("could not connect to \(endpoint.poolKey): \(error)"))
             case .success(let tcp):
                 connectMs = Self.milliseconds(since: startNs)
-                attach(PlainHTTPConnection(tcp, key: endpoint.poolKey, port: endpoint.port))
+                attach(PlainHTTPConnection(tcp, key: endpoint.poolKey, port: endpoint.port, loop: pool.loop))
                 tcp.startReading()
                 send()
             }
@@ -132,7 +138,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         self.connection = connection
         remoteAddress = connection.remoteAddress
         connection.exchange = self
-        connection.reset()
+        connection.parser.reset()
         receivedAny = false
     }
 
@@ -187,7 +193,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         // The parser is the connection's: it stays alive through the feed even if the exchange lets go of it.
         let fed = withExtendedLifetime(connection) { connection.parser.feed(bytes) }
         guard self.connection != nil else { return }  // the receiver cancelled while taking body bytes
-        if connection.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
+        if connection.parser.headBytes > Self.headLimit { return fail(.protocolError("the upstream's response head exceeds \(Self.headLimit) bytes")) }
         switch fed {
         case .failed(let reason):
             return fail(.protocolError("the upstream's response is not valid HTTP/1.1: \(reason)"))
@@ -206,7 +212,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         if phase == .body {
             if receiverFull || pending.count >= Self.pendingLimit {
                 // Not the upstream's silence: the receiver is the one not taking bytes.
-                watchdog.stop()
+                connection.watchdog.stop()
                 stopReading()
             } else {
                 arm(timeouts.idleMs, .idle)
@@ -258,26 +264,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     // MARK: - Parser events
 
-    /// Names as received, values as UTF-8 (invalid bytes replaced) without surrounding blanks.
-    func parsedField(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        var start = 0, end = value.count
-        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
-        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
-        if fields.isEmpty { fields.reserveCapacity(16) }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self),
-                                String(decoding: UnsafeBufferPointer(rebasing: value[start..<end]), as: UTF8.self)))
-    }
-
     func parsedHeadersComplete(status: Int) -> Bool {
-        guard status >= 200 else {
-            // An interim response (100, 103): the final one follows. It never has a body (RFC 9112 §6.3), whatever
-            // its head says: bytes after it are the final response's, or the upstream's protocol error.
-            fields.removeAll(keepingCapacity: true)
-            return true
-        }
+        // An interim response (100, 103): the final one follows. It never has a body (RFC 9112 §6.3), whatever
+        // its head says: bytes after it are the final response's, or the upstream's protocol error.
+        guard status >= 200 else { return true }
         self.status = status
+        if let connection { head = connection.parser.takeHead() }
         headComplete = true
-        return request.method == "HEAD" || status == 204 || status == 304
+        return isHead || status == 204 || status == 304
     }
 
     func parsedBody(_ bytes: UnsafeRawBufferPointer) {
@@ -301,13 +295,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     /// of this exchange is still under way on it.
     private func complete() {
         guard let connection = detach() else { return }
-        watchdog.stop()
+        connection.watchdog.stop()
         phase = .done
         upload?.consumer = nil
         let reusable = connection.parser.shouldKeepAlive && !trailingBytes && (upload == nil || uploadSent)
             && !connection.tcp.writeFailed && connection.tcp.queuedBytes == 0
-            && ResponseFraming.isUnambiguous(fields, status: status, method: request.method)
-        let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, fields: fields) : 0
+            && ResponseFraming.isUnambiguous(head, bodyless: isHead || status == 204 || status == 304)
+        let keepFor = reusable ? KeepAlive.idleLimitMs(configured: keepAliveMs, keepAlive: head.keepAlive) : 0
         if keepFor > 0 { pool.put(connection, limit: maxIdle, keepForMs: keepFor) } else { connection.close() }
         outcome = .some(nil)
         finishIfDone()
@@ -315,7 +309,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     private func fail(_ error: UpstreamError) {
         guard outcome == nil, !ended else { return }
-        watchdog.stop()
+        connection?.watchdog.stop()
+        dropConnectWatchdog()
         phase = .done
         connecting?.cancel()
         connecting = nil
@@ -340,7 +335,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         end(outcome)
     }
 
-    private func timedOut() {
+    /// The watchdog fired (the connection's, or the connect one's).
+    func timedOut() {
         switch clock {
         case .connect: fail(.timeout("could not connect to \(endpoint.poolKey) within \(timeouts.connectMs) ms"))
         case .firstByte: fail(.timeout("no response within \(timeouts.firstByteMs) ms"))
@@ -351,6 +347,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     /// Starts the watchdog for `milliseconds`, or for what is left of the total when that is sooner.
     private func arm(_ milliseconds: Int, _ clock: Clock) {
+        guard let watchdog = connection?.watchdog ?? connectWatchdog else { return }
         if let deadline = totalDeadlineNs {
             let now = DispatchTime.now().uptimeNanoseconds
             let left = deadline > now ? Int((deadline - now) / 1_000_000) : 0
@@ -393,7 +390,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             receiverFull = !pending.withUnsafeBytes { onBody($0) }
             pending.removeAll(keepingCapacity: pending.capacity <= 2 * Self.pendingLimit)
         }
-        if receiverFull { return watchdog.stop() }
+        if receiverFull { return connection?.watchdog.stop() ?? () }
         if outcome != nil { return finishIfDone() }
         if phase == .body {
             arm(timeouts.idleMs, .idle)
@@ -410,11 +407,18 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         onEnd = nil
         onBody = nil
         onHead = nil
-        watchdog.stop()
+        connection?.watchdog.stop()
+        dropConnectWatchdog()
         upload?.consumer = nil
         connecting?.cancel()
         connecting = nil
         detach()?.close()
+    }
+
+    private func dropConnectWatchdog() {
+        guard let watchdog = connectWatchdog else { return }
+        connectWatchdog = nil
+        pool.giveBack(watchdog)
     }
 
     /// Lets go of the connection (and it of this exchange); the caller pools or closes what it gets.

@@ -1,13 +1,17 @@
 import EventLoop
 
 /// One kept-alive connection to an `http://` upstream, owned by its loop: the socket, the response parser
-/// it reuses for every exchange, and the peer as logged. It stays the socket's and the parser's delegate for
-/// its whole life and hands their events to the exchange it serves (a weak reference set per exchange
-/// would cost an allocation per request). While idle in the pool it keeps reading (no epoll_ctl between
-/// exchanges): anything it hears then (the upstream closing it, or bytes out of turn) closes it.
+/// it reuses for every exchange (with the buffer a head's fields are read into), and the peer as logged. It
+/// stays the socket's and the parser's delegate for its whole life and hands their events to the exchange it
+/// serves (a weak reference set per exchange would cost an allocation per request). While idle in the pool
+/// it keeps reading (no epoll_ctl between exchanges): anything it hears then (the upstream closing it, or
+/// bytes out of turn) closes it.
 final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
+    /// Times the exchange it serves, from the request to the end of the response (one timer for the
+    /// connection's life: cheaper than one handed to each exchange, and nothing to set per exchange).
+    let watchdog: Watchdog
     /// "ip:port", "[ip]:port" for IPv6.
     let remoteAddress: String
     /// The exchange this connection serves, nil while idle. The exchange holds the connection and clears this
@@ -15,29 +19,25 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
     unowned var exchange: PlainHTTPExchange?
     fileprivate let key: String
     fileprivate weak var pool: PlainHTTPPool?
-    /// A field's name and value may arrive in pieces (a read can end inside one): joined here, in buffers
-    /// kept from one exchange to the next, and handed over whole.
-    private var name: [UInt8] = []
-    private var value: [UInt8] = []
-    private var inValue = false
-    /// Field bytes of the response being read (its limit is the exchange's to enforce).
-    private(set) var headBytes = 0
     /// While idle: when it stops being reused (the loop's clock, ms).
     fileprivate var reusableUntilMs: UInt64 = 0
     fileprivate func isExpired(at nowMs: UInt64) -> Bool { reusableUntilMs <= nowMs }
 
-    init(_ tcp: TCPConnection, key: String, port: Int) {
+    init(_ tcp: TCPConnection, key: String, port: Int, loop: EventLoop) {
         self.tcp = tcp
         self.key = key
+        watchdog = Watchdog(loop)
         let ip = tcp.peerAddress
         remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
         tcp.delegate = self
         parser.delegate = self
+        watchdog.expired = { [unowned self] in exchange?.timedOut() }
     }
 
     func close() {
         exchange = nil
         pool = nil
+        watchdog.close()
         tcp.close()
     }
 
@@ -51,49 +51,15 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
     func drained() { exchange?.drained() }
 
-    /// For the next response: the parser anew, no field half-read.
-    func reset() {
-        parser.reset()
-        name.removeAll(keepingCapacity: true)
-        value.removeAll(keepingCapacity: true)
-        inValue = false
-        headBytes = 0
-    }
-
-    func parsedField(name bytes: UnsafeRawBufferPointer) {
-        if inValue { handOverField() }
-        headBytes += bytes.count
-        name.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-    }
-
-    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
-        inValue = true
-        headBytes += bytes.count
-        value.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-    }
-
-    private func handOverField() {
-        if !name.isEmpty, let exchange {
-            name.withUnsafeBufferPointer { name in value.withUnsafeBufferPointer { exchange.parsedField(name: name, value: $0) } }
-        }
-        name.removeAll(keepingCapacity: true)
-        value.removeAll(keepingCapacity: true)
-        inValue = false
-    }
-
-    func parsedHeadersComplete(status: Int) -> Bool {
-        handOverField()
-        return exchange?.parsedHeadersComplete(status: status) ?? true
-    }
-
+    func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
     func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
     func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
 
 /// The idle connections of one loop, per upstream host and port, most recently used last (likeliest alive);
 /// bounded per upstream (`maxIdleConnections`) and for the loop (`LoopMulti.idleConnectionsPerLoop`). Also
-/// what exchanges reuse instead of allocating per request: the first-byte/idle timers and the buffer a
-/// request head is assembled in. Loop thread only.
+/// what exchanges reuse instead of allocating per request: the connect timers and the buffer a request
+/// head is assembled in. Loop thread only.
 final class PlainHTTPPool {
     let loop: EventLoop
     private let capacity: Int

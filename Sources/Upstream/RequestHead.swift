@@ -20,25 +20,31 @@ extension UpstreamRequest {
     /// and desynchronise the kept-alive connection), then the framing. Nothing else is added: no Accept, no
     /// User-Agent, no Expect (as the curl requests with their overrides). `validate()` ran before.
     func appendHead(to out: inout [UInt8], endpoint: PlainHTTPEndpoint, framing: BodyFraming) {
+        // Names are compared only where their length matches one of the three; the room is made once.
+        var hasHost = false, size = method.utf8.count + endpoint.pathPrefix.utf8.count + pathAndQuery.utf8.count
+            + endpoint.headTail.count + 48
+        for field in headers {
+            let length = field.name.utf8.count
+            size += length + field.value.utf8.count + 4
+            if length == 4, !hasHost { hasHost = field.hasName("Host") }
+        }
+        out.reserveCapacity(out.count + size)
         out.appendUTF8(method)
         out.append(UInt8(ascii: " "))
-        out.appendUTF8(endpoint.pathPrefix)
+        if !endpoint.pathPrefix.isEmpty { out.appendUTF8(endpoint.pathPrefix) }
         out.appendUTF8(pathAndQuery)
-        out.appendUTF8(" HTTP/1.1\r\n")
-        if !headers.contains(where: { $0.hasName("Host") }) {
-            out.appendUTF8("Host: ")
-            out.appendUTF8(endpoint.hostHeader)
-            out.appendUTF8("\r\n")
-        }
-        for field in headers where !field.hasName("Content-Length") && !field.hasName("Transfer-Encoding") {
+        out.append(contentsOf: hasHost ? PlainHTTPEndpoint.versionLine : endpoint.headTail)
+        for field in headers {
+            let length = field.name.utf8.count
+            if (length == 14 && field.hasName("Content-Length")) || (length == 17 && field.hasName("Transfer-Encoding")) { continue }
             out.appendUTF8(field.name)
-            if field.value.isEmpty {
-                out.appendUTF8(":\r\n")
-            } else {
-                out.appendUTF8(": ")
+            out.append(UInt8(ascii: ":"))
+            if !field.value.isEmpty {
+                out.append(UInt8(ascii: " "))
                 out.appendUTF8(field.value)
-                out.appendUTF8("\r\n")
             }
+            out.append(UInt8(ascii: "\r"))
+            out.append(UInt8(ascii: "\n"))
         }
         switch framing {
         case .none: break
@@ -49,7 +55,8 @@ extension UpstreamRequest {
         case .chunked:
             out.appendUTF8("Transfer-Encoding: chunked\r\n")
         }
-        out.appendUTF8("\r\n")
+        out.append(UInt8(ascii: "\r"))
+        out.append(UInt8(ascii: "\n"))
     }
 }
 

@@ -1,26 +1,58 @@
+/// A response head's fields as relayed, and what they declare about framing and keep-alive, noted while
+/// the fields are built (no second pass over them, no String compared).
+struct ResponseHead {
+    var fields: [HTTPField] = []
+    /// Content-Length fields, whether each was digits only, and whether one declared a length other than 0.
+    fileprivate var lengths = 0
+    fileprivate var lengthsAreDigits = true
+    fileprivate var declaresLength = false
+    fileprivate var codings = 0
+    /// The value of the first Keep-Alive field.
+    private(set) var keepAlive: String?
+
+    /// One field: the name as received, the value as UTF-8 (invalid bytes replaced) without surrounding blanks.
+    mutating func add(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        var start = 0, end = value.count
+        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
+        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
+        let value = UnsafeBufferPointer(rebasing: value[start..<end])
+        let text = String(decoding: value, as: UTF8.self)
+        // By length first: most names are none of these.
+        switch name.count {
+        case 14 where Self.is(name, "content-length"):
+            lengths += 1
+            if value.isEmpty || !value.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { lengthsAreDigits = false }
+            if value.contains(where: { $0 != UInt8(ascii: "0") }) { declaresLength = true }
+        case 17 where Self.is(name, "transfer-encoding"):
+            codings += 1
+        case 10 where keepAlive == nil && Self.is(name, "keep-alive"):
+            keepAlive = text
+        default:
+            break
+        }
+        fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
+    }
+
+    /// Whether `name` is `lowercased`, ASCII case-insensitively (the caller compared the lengths).
+    private static func `is`(_ name: UnsafeBufferPointer<UInt8>, _ lowercased: StaticString) -> Bool {
+        lowercased.withUTF8Buffer { expected in
+            name.indices.allSatisfy { HTTPField.sameLetterOrByte(name[$0], expected[$0]) }
+        }
+    }
+}
+
 /// Whether a response's framing left nothing to guess, so the connection that carried it can carry the
 /// next exchange. A head that the parser framed by a rule rather than by what it declared could leave the
 /// upstream's idea of where the response ends different from ours, and its leftover bytes would be read
 /// as another client's response.
 enum ResponseFraming {
-    static func isUnambiguous(_ fields: [HTTPField], status: Int, method: String) -> Bool {
-        var lengths = 0, codings = 0
-        for field in fields {
-            if field.hasName("Content-Length") {
-                lengths += 1
-                guard !field.value.isEmpty, field.value.allBytes({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-                    return false
-                }
-                // A response without a body (HEAD, 204, 304) that declares one: the upstream may send it anyway.
-                if method == "HEAD" || status == 204 || status == 304, field.value.utf8.contains(where: { $0 != UInt8(ascii: "0") }) {
-                    return false
-                }
-            } else if field.hasName("Transfer-Encoding") {
-                codings += 1
-            }
-        }
+    /// `bodyless`: the response has no body whatever its head says (HEAD, 204, 304).
+    static func isUnambiguous(_ head: ResponseHead, bodyless: Bool) -> Bool {
+        guard head.lengthsAreDigits else { return false }
+        // A response without a body that declares one: the upstream may send it anyway.
+        if bodyless && head.declaresLength { return false }
         // Several lengths, or a length and a coding: the parser chose one reading.
-        if lengths > 1 || (lengths > 0 && codings > 0) { return false }
-        return codings == 0 || !(method == "HEAD" || status == 204 || status == 304)
+        if head.lengths > 1 || (head.lengths > 0 && head.codings > 0) { return false }
+        return head.codings == 0 || !bodyless
     }
 }

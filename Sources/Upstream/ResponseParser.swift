@@ -3,12 +3,12 @@ import CHTTPParser
 // The only file of Upstream that touches libhttp-parser: upstream responses are framed by it (HTTP_RESPONSE
 // mode: status line, fields, Content-Length, chunked and read-until-close bodies), never by hand.
 
-/// What the parser reports while it reads a response. Field names and values may arrive in pieces (a read
-/// can end inside one); the delegate joins them.
+/// What the parser reports while it reads a response. The fields of a head wait in the parser (`takeHead`)
+/// rather than being handed over piece by piece: a read can end inside a name or value, and one copy into a
+/// reused buffer costs less than a call per piece.
 protocol ResponseParserDelegate: AnyObject {
-    func parsedField(name: UnsafeRawBufferPointer)
-    func parsedValue(_ bytes: UnsafeRawBufferPointer)
-    /// A head is complete (an interim 1xx one too). True: no body follows whatever the head says (HEAD).
+    /// A head is complete (an interim 1xx one too; its fields are dropped unless taken now). True: no body
+    /// follows whatever the head says (HEAD).
     func parsedHeadersComplete(status: Int) -> Bool
     func parsedBody(_ bytes: UnsafeRawBufferPointer)
     /// A message ended. True: stop here (the final response), false: read on (after an interim 1xx).
@@ -19,14 +19,117 @@ protocol ResponseParserDelegate: AnyObject {
 final class ResponseParser {
     private let parser: UnsafeMutablePointer<http_parser> = .allocate(capacity: 1)
     weak var delegate: (any ResponseParserDelegate)?
+    /// The names and values of the head being read, back to back, in memory of the parser's own: appending
+    /// to an Array held by a class costs an exclusivity check and a uniqueness check per piece, and a piece
+    /// comes per name and per value. `starts` holds where each field's name and value begin, two Ints a
+    /// field (a value ends where the next name begins). Kept from one exchange to the next; the parser
+    /// bounds a head (80 KiB) and an unusually large one's memory is let go at the next `reset`.
+    private var bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: ResponseParser.keptBytes)
+    private var byteCapacity = ResponseParser.keptBytes
+    private var byteCount = 0
+    private var starts = UnsafeMutablePointer<Int>.allocate(capacity: ResponseParser.keptStarts)
+    private var startCapacity = ResponseParser.keptStarts
+    private var startCount = 0
+    private var inValue = false
+    /// Field bytes of the response being read, interim heads included (its limit is the exchange's to enforce).
+    private(set) var headBytes = 0
+    private static let keptBytes = 1024, keptStarts = 64
 
     init() { reset() }
-    deinit { parser.deallocate() }
 
+    deinit {
+        parser.deallocate()
+        bytes.deallocate()
+        starts.deallocate()
+    }
+
+    /// For the next response: the parser anew, no field half-read.
     func reset() {
         http_parser_init(parser, HTTP_RESPONSE)
         parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        dropFields()
+        headBytes = 0
+        if byteCapacity > 16 * Self.keptBytes {
+            bytes.deallocate()
+            bytes = .allocate(capacity: Self.keptBytes)
+            byteCapacity = Self.keptBytes
+        }
+        if startCapacity > 16 * Self.keptStarts {
+            starts.deallocate()
+            starts = .allocate(capacity: Self.keptStarts)
+            startCapacity = Self.keptStarts
+        }
     }
+
+    /// The fields of the head just completed (call from `parsedHeadersComplete`): each name and value made a
+    /// String once, values without surrounding blanks, and what they declare about framing noted on the way.
+    func takeHead() -> ResponseHead {
+        closeField()
+        var head = ResponseHead()
+        head.fields.reserveCapacity(startCount / 2)
+        for index in stride(from: 0, to: startCount, by: 2) {
+            let name = starts[index], value = starts[index + 1]
+            let end = index + 2 < startCount ? starts[index + 2] : byteCount
+            head.add(name: UnsafeBufferPointer(start: bytes + name, count: value - name),
+                     value: UnsafeBufferPointer(start: bytes + value, count: end - value))
+        }
+        return head
+    }
+
+    private func dropFields() {
+        byteCount = 0
+        startCount = 0
+        inValue = false
+    }
+
+    fileprivate func appendName(_ at: UnsafePointer<CChar>?, _ length: Int) {
+        if inValue || startCount == 0 {
+            closeField()
+            if startCount + 2 > startCapacity {
+                let grown = UnsafeMutablePointer<Int>.allocate(capacity: 2 * startCapacity)
+                grown.initialize(from: starts, count: startCount)
+                starts.deallocate()
+                starts = grown
+                startCapacity *= 2
+            }
+            starts[startCount] = byteCount
+            starts[startCount + 1] = -1
+            startCount += 2
+        }
+        append(at, length)
+    }
+
+    fileprivate func appendValue(_ at: UnsafePointer<CChar>?, _ length: Int) {
+        if !inValue, startCount > 0 {
+            inValue = true
+            starts[startCount - 1] = byteCount
+        }
+        append(at, length)
+    }
+
+    private func append(_ at: UnsafePointer<CChar>?, _ length: Int) {
+        headBytes += length
+        guard let at, length > 0 else { return }
+        if byteCount + length > byteCapacity {
+            let capacity = max(2 * byteCapacity, byteCount + length)
+            let grown = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+            grown.initialize(from: bytes, count: byteCount)
+            bytes.deallocate()
+            bytes = grown
+            byteCapacity = capacity
+        }
+        UnsafeMutableRawPointer(bytes + byteCount).copyMemory(from: at, byteCount: length)
+        byteCount += length
+    }
+
+    /// A name whose value never started has an empty one.
+    private func closeField() {
+        inValue = false
+        if startCount > 0, starts[startCount - 1] < 0 { starts[startCount - 1] = byteCount }
+    }
+
+    /// The head was reported: its fields are dropped (an interim head's, or the final one's once taken).
+    fileprivate func headReported() { dropFields() }
 
     enum Fed: Equatable {
         /// Every byte was consumed.
@@ -66,6 +169,13 @@ final class ResponseParser {
         return Unmanaged<ResponseParser>.fromOpaque(data).takeUnretainedValue()
     }
 
+    /// `body` on the parser of a callback, without a retain and release per piece (the connection holds the
+    /// parser through the feed).
+    fileprivate static func with(_ parser: UnsafeMutablePointer<http_parser>?, _ body: (ResponseParser) -> Void) {
+        guard let data = parser?.pointee.data else { return }
+        Unmanaged<ResponseParser>.fromOpaque(data)._withUnsafeGuaranteedRef(body)
+    }
+
     fileprivate var status: Int { Int(parser.pointee.status_code) }
     fileprivate func pauseAtEnd() { http_parser_pause(parser, 1) }
 }
@@ -77,17 +187,19 @@ private func bytes(_ at: UnsafePointer<CChar>?, _ length: Int) -> UnsafeRawBuffe
 nonisolated(unsafe) private var responseSettings: http_parser_settings = {
     var settings = http_parser_settings()
     settings.on_header_field = { parser, at, length in
-        ResponseParser.from(parser)?.delegate?.parsedField(name: bytes(at, length))
+        ResponseParser.with(parser) { $0.appendName(at, length) }
         return 0
     }
     settings.on_header_value = { parser, at, length in
-        ResponseParser.from(parser)?.delegate?.parsedValue(bytes(at, length))
+        ResponseParser.with(parser) { $0.appendValue(at, length) }
         return 0
     }
     settings.on_headers_complete = { parser in
         guard let response = ResponseParser.from(parser) else { return 0 }
         // 1: the parser expects no body (F_SKIPBODY).
-        return response.delegate?.parsedHeadersComplete(status: response.status) == true ? 1 : 0
+        let noBody = response.delegate?.parsedHeadersComplete(status: response.status) == true
+        response.headReported()
+        return noBody ? 1 : 0
     }
     settings.on_body = { parser, at, length in
         ResponseParser.from(parser)?.delegate?.parsedBody(bytes(at, length))

@@ -140,11 +140,19 @@ extension UpstreamRequest {
 
     /// Safe to send again when it is unclear whether the upstream ran it (RFC 9110 9.2.2).
     var isIdempotent: Bool {
-        ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"].contains(method)
+        // A switch: an array literal to search was an allocation per call.
+        switch method {
+        case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE": true
+        default: false
+        }
     }
 
     /// Whether the request carries a body (and so a Content-Length), even an empty one.
     var sendsBody: Bool {
-        !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method)
+        if !body.isEmpty { return true }
+        switch method {
+        case "POST", "PUT", "PATCH": return true
+        default: return false
+        }
     }
 }

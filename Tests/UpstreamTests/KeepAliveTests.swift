@@ -84,6 +84,27 @@ final class KeepAliveTests: XCTestCase {
         XCTAssertEqual(try answers(try Self.client(server, keepAliveMs: 1000, curl: true), after: [0, 0.1, 2.2]), ["1", "1", "2"])
     }
 
+    /// Framing and keep-alive fields are noted as the head's fields are made, by name in any case.
+    func testAResponseHeadNotesKeepAliveAndFramingFieldsInAnyCase() {
+        func head(_ fields: [(String, String)]) -> ResponseHead {
+            var head = ResponseHead()
+            for (name, value) in fields {
+                Array(name.utf8).withUnsafeBufferPointer { name in Array(value.utf8).withUnsafeBufferPointer { head.add(name: name, value: $0) } }
+            }
+            return head
+        }
+        let kept = head([("keep-alive", " timeout=3\t"), ("KEEP-ALIVE", "timeout=9"), ("content-LENGTH", "0")])
+        XCTAssertEqual(kept.keepAlive, "timeout=3", "the first one, without blanks")
+        XCTAssertEqual(kept.fields, [HTTPField("keep-alive", "timeout=3"), HTTPField("KEEP-ALIVE", "timeout=9"), HTTPField("content-LENGTH", "0")])
+        XCTAssertTrue(ResponseFraming.isUnambiguous(kept, bodyless: true))
+        XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Content-length", "1")]), bodyless: true))
+        XCTAssertFalse(ResponseFraming.isUnambiguous(head([("content-length", "1"), ("TRANSFER-encoding", "chunked")]), bodyless: false))
+        XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Content-Length", "1 ")] + [("Content-Length", "1")]), bodyless: false))
+        XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Content-Length", "+1")]), bodyless: false))
+        XCTAssertTrue(ResponseFraming.isUnambiguous(head([("Transfer-Encoding", "chunked")]), bodyless: false))
+        XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Transfer-Encoding", "chunked")]), bodyless: true))
+    }
+
     func testTheTimeoutParameterIsReadFromAKeepAliveValue() {
         XCTAssertEqual(KeepAlive.timeoutSeconds("timeout=5, max=1000"), 5)
         XCTAssertEqual(KeepAlive.timeoutSeconds("max=1000,Timeout = 7"), 7)
@@ -91,9 +112,9 @@ final class KeepAliveTests: XCTestCase {
         XCTAssertNil(KeepAlive.timeoutSeconds("timeout=soon"))
         XCTAssertNil(KeepAlive.timeoutSeconds("timeout=-1"))
         XCTAssertNil(KeepAlive.timeoutSeconds("timeout=9999999999"))
-        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("keep-alive", "timeout=30")]), 4000, "never longer than configured")
-        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=3")]), 2000)
-        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, fields: [HTTPField("Keep-Alive", "timeout=0")]), 0)
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, keepAlive: "timeout=30"), 4000, "never longer than configured")
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, keepAlive: "timeout=3"), 2000)
+        XCTAssertEqual(KeepAlive.idleLimitMs(configured: 4000, keepAlive: "timeout=0"), 0)
         XCTAssertThrowsError(try UpstreamTarget(baseURL: "http://127.0.0.1:1", connectTimeoutMs: 100, timeoutMs: 100, keepAliveMs: 0)) { error in
             XCTAssertEqual((error as? UpstreamError)?.reasonCode, "upstream_invalid_target")
         }

@@ -1,4 +1,4 @@
-import Upstream
+@testable import Upstream
 import XCTest
 
 /// Bad configuration and requests are refused with a typed error before anything is sent.
@@ -43,5 +43,29 @@ final class UpstreamValidationTests: XCTestCase {
         for request in requests {
             XCTAssertEqual(reasonCode { _ = try client.send(request) }, "upstream_invalid_request", "\(request)")
         }
+    }
+
+    /// A bad byte is found at every place of a long target or value, and the bytes around it alone pass.
+    func testABadByteIsFoundAnywhereInALongTargetOrValue() throws {
+        let client = UpstreamClient(target: try UpstreamTarget(baseURL: "http://127.0.0.1:9", connectTimeoutMs: 100, timeoutMs: 100))
+        let clean = "/abcdefghijklmnopqrstuvw"
+        for place in 1..<clean.utf8.count {
+            for bad in [" ", "#", "\u{7F}", "\u{1F}", "é", "\r"] {
+                var target = Array(clean.utf8)
+                target.replaceSubrange(place...place, with: Array(bad.utf8))
+                let request = UpstreamRequest(method: "GET", pathAndQuery: String(decoding: target, as: UTF8.self))
+                XCTAssertEqual(reasonCode { try request.validate() }, "upstream_invalid_request", "\(place) \(bad.debugDescription)")
+            }
+            for bad in ["\r", "\n", "\u{0}"] {
+                var value = Array(clean.utf8)
+                value.replaceSubrange(place...place, with: Array(bad.utf8))
+                let request = UpstreamRequest(method: "GET", pathAndQuery: "/", headers: [HTTPField("X-A", String(decoding: value, as: UTF8.self))])
+                XCTAssertEqual(reasonCode { try request.validate() }, "upstream_invalid_request", "\(place) \(bad.debugDescription)")
+            }
+        }
+        let fine = UpstreamRequest(method: "GET", pathAndQuery: clean + "?a=~!$&'()*+,;=:@%20",
+                                   headers: [HTTPField("X-A", "\t tab, space, \u{7F} and é are fine in a value \u{1}")])
+        XCTAssertNil(reasonCode { try fine.validate() })
+        XCTAssertEqual(reasonCode { _ = try client.send(fine) }, "upstream_unavailable", "validation passed: nothing listens")
     }
 }
