@@ -80,7 +80,7 @@ struct AssertGate {
         }
         let verified: VerifiedAssertion
         do {
-            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: try key.publicKey(),
+            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: key.publicKey,
                                                     appID: key.appID, previousCounter: nil)
         } catch {
             throw .verification(error)
