@@ -12,8 +12,15 @@ public enum SHA256 {
         hash(bytes, [])
     }
 
+    /// SHA256 of no bytes (the body of every GET an assert route binds): a constant, not a compression.
+    private static let ofNothing: [UInt8] = [
+        0xE3, 0xB0, 0xC4, 0x42, 0x98, 0xFC, 0x1C, 0x14, 0x9A, 0xFB, 0xF4, 0xC8, 0x99, 0x6F, 0xB9, 0x24,
+        0x27, 0xAE, 0x41, 0xE4, 0x64, 0x9B, 0x93, 0x4C, 0xA4, 0x95, 0x99, 0x1B, 0x78, 0x52, 0xB8, 0x55,
+    ]
+
     /// SHA256(first || second) without building the concatenation (the App Attest nonce).
     public static func hash(_ first: [UInt8], _ second: [UInt8]) -> [UInt8] {
+        if first.isEmpty && second.isEmpty { return ofNothing }
         var context = SHA256_CTX()
         var digest = [UInt8](repeating: 0, count: 32)
         SHA256_Init(&context)
