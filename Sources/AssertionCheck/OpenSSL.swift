@@ -12,8 +12,15 @@ public enum SHA256 {
         hash(bytes, [])
     }
 
+    /// SHA256 of no bytes (the body of every GET an assert route binds): a constant, not a compression.
+    private static let ofNothing: [UInt8] = [
+        0xE3, 0xB0, 0xC4, 0x42, 0x98, 0xFC, 0x1C, 0x14, 0x9A, 0xFB, 0xF4, 0xC8, 0x99, 0x6F, 0xB9, 0x24,
+        0x27, 0xAE, 0x41, 0xE4, 0x64, 0x9B, 0x93, 0x4C, 0xA4, 0x95, 0x99, 0x1B, 0x78, 0x52, 0xB8, 0x55,
+    ]
+
     /// SHA256(first || second) without building the concatenation (the App Attest nonce).
     public static func hash(_ first: [UInt8], _ second: [UInt8]) -> [UInt8] {
+        if first.isEmpty && second.isEmpty { return ofNothing }
         var context = SHA256_CTX()
         var digest = [UInt8](repeating: 0, count: 32)
         SHA256_Init(&context)
@@ -100,14 +107,26 @@ public final class P256PublicKey: @unchecked Sendable {
     public var spki: [UInt8] { P256PublicKey.spkiPrefix + point }
 
     /// Verifies a DER ECDSA signature over `message` (ECDSA-SHA256: the message is hashed once more).
-    /// Uses the low-level ECDSA_verify on a transient EC_KEY: OpenSSL 3's EVP path fetches the algorithm
-    /// from the provider on every call, which costs as much as a third of the verify itself.
+    /// Uses the low-level ECDSA_do_verify on a transient EC_KEY: OpenSSL 3's EVP path fetches the algorithm
+    /// from the provider on every call, which costs as much as a third of the verify itself. The DER is read
+    /// here (`ECDSASignature.integerRanges`) rather than by ECDSA_verify, whose ASN.1 decode and re-encode
+    /// (to refuse every other spelling) cost ~8,000 instructions; the same spellings are refused.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        guard let (r, s) = ECDSASignature.integerRanges(fromDER: signature), let parsed = ECDSA_SIG_new() else { return false }
+        defer { ECDSA_SIG_free(parsed) }
+        let numbers = signature.withUnsafeBufferPointer { buffer in
+            (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), nil), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), nil))
+        }
+        guard let rNumber = numbers.0, let sNumber = numbers.1, ECDSA_SIG_set0(parsed, rNumber, sNumber) == 1 else {
+            BN_free(numbers.0)
+            BN_free(numbers.1)
+            return false
+        }
         let digest = SHA256.hash(message)
         guard let key = P256PublicKey.spareKeys.borrow() else { return false }
         defer { P256PublicKey.spareKeys.giveBack(key) }
         guard EC_KEY_set_public_key(key, curvePoint) == 1 else { return false }
-        let result = ECDSA_verify(0, digest, Int32(digest.count), signature, Int32(signature.count), key)
+        let result = ECDSA_do_verify(digest, Int32(digest.count), parsed, key)
         if result != 1 { ERR_clear_error() }
         return result == 1
     }
@@ -350,6 +369,28 @@ public enum ECDSASignature {
             (BN_bn2binpad(r, buffer.baseAddress, 32), BN_bn2binpad(s, buffer.baseAddress! + 32, 32))
         }
         return written == (32, 32) ? raw : nil
+    }
+
+    /// Where R's and S's magnitudes lie in `der`, when it is exactly one DER ECDSA-Sig-Value (a SEQUENCE of
+    /// two non-negative INTEGERs, each in its one minimal encoding, nothing after) whose R and S fit 32 bytes;
+    /// nil otherwise. The spellings ECDSA_verify accepts: it encodes what it parsed again and refuses any
+    /// difference (and an R or S of more than 32 bytes is not below the order).
+    static func integerRanges(fromDER der: [UInt8]) -> (r: Range<Int>, s: Range<Int>)? {
+        // Two INTEGERs of at most 33 bytes each: the SEQUENCE's length always fits its one short-form byte.
+        guard der.count >= 8, der[0] == 0x30, der[1] < 0x80, Int(der[1]) == der.count - 2 else { return nil }
+        var cursor = 2
+        func integer() -> Range<Int>? {
+            guard cursor + 2 <= der.count, der[cursor] == 0x02 else { return nil }
+            let length = Int(der[cursor + 1])
+            let start = cursor + 2
+            guard (1...33).contains(length), start + length <= der.count, der[start] & 0x80 == 0 else { return nil }
+            cursor = start + length
+            guard der[start] == 0, length > 1 else { return length <= 32 ? start..<cursor : nil }
+            // A leading zero only to keep the next byte's top bit from reading as a sign.
+            return der[start + 1] & 0x80 != 0 ? (start + 1)..<cursor : nil
+        }
+        guard let r = integer(), let s = integer(), cursor == der.count else { return nil }
+        return (r, s)
     }
 
     /// P-256's group order n, and n / 2 rounded down (big-endian).

@@ -108,9 +108,9 @@ public final class AttestStore: Sendable {
         }
         guard StoreKeys.isPlausible(keyId: keyId) else { return .answered(.rejected(.keyUnknown)) }
         if let challenge { try challenge.validate() }
-        let commitKeys = [keys.record(keyId: keyId, environment: environment),
-                          keys.window(keyId: keyId, environment: environment), keys.rate(keyId: keyId, route: route)]
-            + (challenge.map { [keys.spentChallenge($0.id, keyId: keyId)] } ?? [])
+        let slot = keys.slot(keyId)
+        var commitKeys = [slot.record(environment), slot.window(environment), slot.rate(route: route)]
+        if let challenge { commitKeys.append(slot.spentChallenge(challenge.id)) }
         let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
                          String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000),
                          String(challenge?.ttlMs ?? 0)].map { Array($0.utf8) }

@@ -6,34 +6,42 @@ import RedisClient
 /// it there. Every script touches keys of a single hash tag, so it stays valid on Redis Cluster.
 final class LuaScript: Sendable {
     let name: String
-    private let source: String
-    private let sha = Locked<String?>(nil)
+    private let source: [UInt8]
+    /// The SHA1 as EVALSHA takes it, once SCRIPT LOAD has answered it.
+    private let sha = Locked<[UInt8]?>(nil)
+    private static let evalsha = Array("EVALSHA".utf8)
+    private static let eval = Array("EVAL".utf8)
 
     init(name: String, source: String) {
         self.name = name
-        self.source = source
+        self.source = Array(source.utf8)
     }
 
     /// Runs the script through `command` (which places every command on the keys' server); an error reply is
     /// thrown.
     func run(keys: [[UInt8]], arguments: [[UInt8]],
              command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> RedisReply {
-        let counted = [Array(String(keys.count).utf8)] + keys + arguments
-        let digest = try await knownDigest(command)
-        let reply = try await command([Array("EVALSHA".utf8), Array(digest.utf8)] + counted)
+        // EVALSHA sha numkeys key… arg…, in one array sized once.
+        var words = [Self.evalsha, try await knownDigest(command)]
+        words.reserveCapacity(3 + keys.count + arguments.count)
+        words.append(Array(String(keys.count).utf8))
+        words += keys
+        words += arguments
+        let reply = try await command(words)
         if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
-            return try checked(await command([Array("EVAL".utf8), Array(source.utf8)] + counted))
+            words[0] = Self.eval
+            words[1] = source
+            return try checked(await command(words))
         }
         return try checked(reply)
     }
 
-    private func knownDigest(_ command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> String {
+    private func knownDigest(_ command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> [UInt8] {
         if let known = sha.withLock({ $0 }) { return known }
-        let loaded = try await command(["SCRIPT", "LOAD", source].map { Array($0.utf8) })
+        let loaded = try await command([Array("SCRIPT".utf8), Array("LOAD".utf8), source])
         guard case .string(let digest) = loaded else { throw loaded.storeError(context: "SCRIPT LOAD of \(name)") }
-        let text = String(decoding: digest, as: UTF8.self)
-        sha.withLock { $0 = text }
-        return text
+        sha.withLock { $0 = digest }
+        return digest
     }
 
     private func checked(_ reply: RedisReply) throws(StoreError) -> RedisReply {

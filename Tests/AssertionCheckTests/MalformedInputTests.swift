@@ -175,6 +175,43 @@ final class MalformedInputTests: XCTestCase {
         XCTAssertEqual(assertionReason(encodeAssertion(signature: signature, authData: Array(authData.prefix(36)))), .badAssertion)
     }
 
+    /// The common layout is read without libcbor; every other spelling of the same map (keys swapped, longer
+    /// length heads, chunked strings, an indefinite map, an extra entry) still goes through the full decoder
+    /// and verifies the same; an empty or text signature, or bytes after the map, are refused as before.
+    func testAssertionMapSpellingsDecodeAlike() throws {
+        let decoded = try CBORDecoder.decode(assertionVector.bytes("assertion_b64"))
+        let signature = try XCTUnwrap(decoded["signature"]?.bytes)
+        let authData = try XCTUnwrap(decoded["authenticatorData"]?.bytes)
+        func text(_ string: String) -> [UInt8] { [0x60 | UInt8(string.utf8.count)] + Array(string.utf8) }
+        func head(_ major: UInt8, _ count: Int, width: Int) -> [UInt8] {
+            switch width {
+            case 0: return [major << 5 | UInt8(count)]
+            case 1: return [major << 5 | 24, UInt8(count)]
+            case 2: return [major << 5 | 25, UInt8(count >> 8), UInt8(count & 0xFF)]
+            default: return [major << 5 | 26, 0, 0, UInt8(count >> 8), UInt8(count & 0xFF)]
+            }
+        }
+        let common = encodeAssertion(signature: signature, authData: authData)
+        XCTAssertEqual(common, assertionVector.bytes("assertion_b64"))
+        XCTAssertNotNil(CBORDecoder.twoByteStrings(common, keys: "signature", "authenticatorData"))
+        XCTAssertNil(assertionReason(common))
+        let chunked = [0x5F] + head(2, 10, width: 0) + signature[..<10] + head(2, signature.count - 10, width: 1) + signature[10...] + [0xFF]
+        let spellings: [[UInt8]] = [
+            [0xA2] + text("authenticatorData") + head(2, authData.count, width: 1) + authData + text("signature") + head(2, signature.count, width: 1) + signature,
+            [0xA2] + text("signature") + head(2, signature.count, width: 2) + signature + text("authenticatorData") + head(2, authData.count, width: 4) + authData,
+            [0xA2] + text("signature") + chunked + text("authenticatorData") + head(2, authData.count, width: 1) + authData,
+            [0xBF] + Array(common.dropFirst()) + [0xFF],
+        ]
+        for spelling in spellings {
+            XCTAssertNil(CBORDecoder.twoByteStrings(spelling, keys: "signature", "authenticatorData"))
+            XCTAssertNil(assertionReason(spelling), "\(spelling)")
+        }
+        XCTAssertNil(assertionReason([0xA3] + Array(common.dropFirst()) + text("x") + [0x01]))
+        XCTAssertEqual(assertionReason(common + [0x00]), .badAssertion)
+        XCTAssertEqual(assertionReason([0xA2] + text("signature") + [0x40] + Array(common.dropFirst(1 + 10 + 2 + signature.count))), .badAssertion)
+        XCTAssertEqual(assertionReason([0xA2] + text("signature") + head(3, 1, width: 0) + [0x41] + Array(common.dropFirst(1 + 10 + 2 + signature.count))), .badAssertion)
+    }
+
     /// {"signature": sig, "authenticatorData": authData} with one-byte or two-byte length heads.
     func encodeAssertion(signature: [UInt8], authData: [UInt8]) -> [UInt8] {
         func byteString(_ bytes: [UInt8]) -> [UInt8] { (bytes.count < 24 ? [0x40 | UInt8(bytes.count)] : [0x58, UInt8(bytes.count)]) + bytes }

@@ -110,6 +110,42 @@ final class RealVectorTests: XCTestCase {
         }
     }
 
+    /// Only the one DER spelling of a signature verifies (as with OpenSSL's ECDSA_verify, which re-encodes what
+    /// it parsed): padded, long-form, truncated, sign-less or trailing spellings of real signatures all fail,
+    /// while the same signature with S replaced by n − S (another valid signature) still verifies.
+    func testRealSignaturesVerifyOnlyInTheirDERSpelling() throws {
+        func integer(_ magnitude: ArraySlice<UInt8>, pad: Int = 0, longLength: Bool = false, signed: Bool = true) -> [UInt8] {
+            var content = Array(magnitude.drop { $0 == 0 })
+            if signed, let first = content.first, first & 0x80 != 0 { content.insert(0, at: 0) }
+            content = [UInt8](repeating: 0, count: pad) + content
+            return [0x02] + (longLength ? [0x81, UInt8(content.count)] : [UInt8(content.count)]) + content
+        }
+        func sequence(_ body: [UInt8], longLength: Bool = false) -> [UInt8] {
+            [0x30] + (longLength ? [0x81, UInt8(body.count)] : [UInt8(body.count)]) + body
+        }
+        var checked = 0
+        for vector in try Self.vectors(prefix: "ass-") where vector.valid {
+            let key = try P256PublicKey(bytes: vector.bytes("public_key_b64"))
+            let decoded = try CBORDecoder.decode(vector.bytes("assertion_b64"))
+            let signature = try XCTUnwrap(decoded["signature"]?.bytes)
+            let nonce = SHA256.hash(try XCTUnwrap(decoded["authenticatorData"]?.bytes), SHA256.hash(vector.bytes("client_data_b64")))
+            let raw = try XCTUnwrap(ECDSASignature.raw(fromDER: signature))
+            let (r, s) = (raw[..<32], raw[32...])
+            XCTAssertEqual(sequence(integer(r) + integer(s)), signature, vector.name)
+            XCTAssertTrue(key.isValidSignature(signature, for: nonce), vector.name)
+            XCTAssertTrue(key.isValidSignature(try XCTUnwrap(ECDSASignature.der(fromRaw: ECDSASignature.flippedS(raw))), for: nonce), vector.name)
+            var respelled = [sequence(integer(r, pad: 1) + integer(s)), sequence(integer(r) + integer(s, pad: 1)),
+                             sequence(integer(r, longLength: true) + integer(s)), sequence(integer(r) + integer(s), longLength: true),
+                             signature + [0], Array(signature.dropLast()), [0x31] + signature.dropFirst(),
+                             sequence(integer(r) + integer(s) + integer([1]))]
+            if r.first.map({ $0 & 0x80 != 0 }) == true { respelled.append(sequence(integer(r, signed: false) + integer(s))) }
+            if s.first.map({ $0 & 0x80 != 0 }) == true { respelled.append(sequence(integer(r) + integer(s, signed: false))) }
+            for spelling in respelled { XCTAssertFalse(key.isValidSignature(spelling, for: nonce), "\(vector.name): \(spelling)") }
+            checked += 1
+        }
+        XCTAssertGreaterThanOrEqual(checked, 10)
+    }
+
     func testRealAttestationKeysVerifyTheirAssertions() throws {
         let attestations = Dictionary(uniqueKeysWithValues: try Self.vectors(prefix: "att-").map { ($0.name, $0) })
         var checked = 0

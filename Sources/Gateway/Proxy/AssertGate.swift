@@ -34,15 +34,16 @@ struct AssertGate {
     func check(_ request: HTTPRequest, body: BodySource, decodedPath: String, route: RouteConfig,
                record: RequestRecord) async throws(GatewayError) -> Passed {
         let verifyStart = DispatchTime.now().uptimeNanoseconds
+        let headers = SignedHeaders(request)
         // When present the header is authoritative: no recovery.
-        let namedKeyId = try keyIdHeader(request, record: record)
-        let assertion = try decoded(request, route.clientData == .body ? ["X-App-Assertion", "X-App-Attest-Assertion"] : ["X-App-Attest-Assertion"])
+        let namedKeyId = try keyIdHeader(headers, record: record)
+        let assertion = try headers.decoded(route.clientData == .body ? [.legacyAssertion, .assertion] : [.assertion])
         let clientDataBytes: [UInt8]
         let challenge: String?
         var claimedBodyHash: [UInt8]?
         switch route.clientData {
         case .json:
-            clientDataBytes = try decoded(request, ["X-App-Attest-Client-Data"])
+            clientDataBytes = try headers.decoded([.clientData])
             let clientData: ClientData
             do {
                 clientData = try ClientData.parse(clientDataBytes)
@@ -80,7 +81,7 @@ struct AssertGate {
         }
         let verified: VerifiedAssertion
         do {
-            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: try key.publicKey(),
+            verified = try AssertionVerifier.verify(assertion: assertion, clientData: clientDataBytes, publicKey: key.publicKey,
                                                     appID: key.appID, previousCounter: nil)
         } catch {
             throw .verification(error)
@@ -182,31 +183,83 @@ struct AssertGate {
     }
 
     /// `X-App-Attest-Key-Id`, decoded; nil when the request does not send it (or sends it once, empty).
-    private func keyIdHeader(_ request: HTTPRequest, record: RequestRecord) throws(GatewayError) -> [UInt8]? {
-        let values = request.headers.filter { $0.hasName("X-App-Attest-Key-Id") }
-        if values.isEmpty || (values.count == 1 && values[0].value.isEmpty) { return nil }
-        let text = try header(request, "X-App-Attest-Key-Id")
-        guard let keyId = Base64.decode(text), keyId.count == 32 else {
+    private func keyIdHeader(_ headers: SignedHeaders, record: RequestRecord) throws(GatewayError) -> [UInt8]? {
+        let found = headers[.keyId]
+        if found.count == 0 || (found.count == 1 && found.first?.isEmpty == true) { return nil }
+        guard let keyId = Base64.decode(try headers.value(.keyId)), keyId.count == 32 else {
             throw .badHeader("X-App-Attest-Key-Id is not base64 of a 32-byte key id")
         }
         // Logged whole and in one spelling, so `gateway keys revoke` takes it from the log as is.
         record.keyId = Base64.encode(keyId)
         return keyId
     }
+}
 
-    private func header(_ request: HTTPRequest, _ name: String) throws(GatewayError) -> String {
-        let values = request.headers.filter { $0.hasName(name) }
-        guard let value = values.first?.value, !value.isEmpty else { throw .assertionMissing("\(name) header is missing") }
-        guard values.count == 1 else { throw .badHeader("\(name) appears more than once") }
+/// The App Attest headers of one request: each one's first value and how many times it appears, found in
+/// one pass over the fields (a pass, and an array, per lookup cost ~6,000 instructions a request).
+private struct SignedHeaders {
+    enum Name: CaseIterable {
+        case keyId, assertion, legacyAssertion, clientData
+
+        var text: String {
+            switch self {
+            case .keyId: "X-App-Attest-Key-Id"
+            case .assertion: "X-App-Attest-Assertion"
+            case .legacyAssertion: "X-App-Assertion"
+            case .clientData: "X-App-Attest-Client-Data"
+            }
+        }
+    }
+
+    struct Found {
+        var first: String?
+        var count = 0
+    }
+
+    private var keyId = Found(), assertion = Found(), legacyAssertion = Found(), clientData = Found()
+
+    init(_ request: HTTPRequest) {
+        for field in request.headers {
+            for name in Name.allCases where field.hasName(name.text) {
+                if self[name].count == 0 { self[name].first = field.value }
+                self[name].count += 1
+            }
+        }
+    }
+
+    subscript(name: Name) -> Found {
+        get {
+            switch name {
+            case .keyId: keyId
+            case .assertion: assertion
+            case .legacyAssertion: legacyAssertion
+            case .clientData: clientData
+            }
+        }
+        set {
+            switch name {
+            case .keyId: keyId = newValue
+            case .assertion: assertion = newValue
+            case .legacyAssertion: legacyAssertion = newValue
+            case .clientData: clientData = newValue
+            }
+        }
+    }
+
+    /// The header's one value, which must not be empty.
+    func value(_ name: Name) throws(GatewayError) -> String {
+        let found = self[name]
+        guard let value = found.first, !value.isEmpty else { throw .assertionMissing("\(name.text) header is missing") }
+        guard found.count == 1 else { throw .badHeader("\(name.text) appears more than once") }
         return value
     }
 
     /// The first of `names` present, base64-decoded.
-    private func decoded(_ request: HTTPRequest, _ names: [String]) throws(GatewayError) -> [UInt8] {
-        guard let name = names.first(where: { name in request.headers.contains { $0.hasName(name) } }) else {
-            throw .assertionMissing("\(names[0]) header is missing")
+    func decoded(_ names: [Name]) throws(GatewayError) -> [UInt8] {
+        guard let name = names.first(where: { self[$0].count > 0 }) else {
+            throw .assertionMissing("\(names[0].text) header is missing")
         }
-        guard let bytes = Base64.decode(try header(request, name)) else { throw .badHeader("\(name) is not base64") }
+        guard let bytes = Base64.decode(try value(name)) else { throw .badHeader("\(name.text) is not base64") }
         return bytes
     }
 }
