@@ -51,6 +51,8 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     private(set) var clientGone = false
     private var streamClosed = false
     private var writableWaiters: [() -> Void] = []
+    /// `writeBody` answered false: the producer waits for `onWritable`.
+    private var producerPaused = false
     private var finishedOutcome: ExchangeOutcome?
     private var outcomeOverride: ExchangeOutcome?
     private var handlerDone = false
@@ -273,7 +275,17 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         let waiters = writableWaiters
         writableWaiters = []
         waiters.forEach { $0() }
-        if !clientGone { exchange?.onWritable?() }
+        if producerPaused, !clientGone {
+            producerPaused = false
+            exchange?.onWritable?()
+        }
+    }
+
+    /// What `writeBody` answers: false pauses the producer until `onWritable`.
+    private func writable() -> Bool {
+        let writable = canWrite
+        if !writable { producerPaused = true }
+        return writable
     }
 
     /// The socket drained: writers paused on it may go on.
@@ -303,7 +315,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     }
 
     func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard let exchange, responseStarted, !responseEnded, !clientGone, !headOnly, bytes.count > 0 else { return canWrite }
+        guard let exchange, responseStarted, !responseEnded, !clientGone, !headOnly, bytes.count > 0 else { return writable() }
         if sentOffset > 0, sentOffset == outgoing.count { (outgoing, sentOffset) = ([], 0) }
         outgoing.append(contentsOf: bytes)
         exchange.bytesSent += bytes.count
@@ -311,7 +323,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         connection?.scheduleFlush()
         waiting = .send
         arm(shared.limits.sendTimeoutMs)
-        return canWrite
+        return writable()
     }
 
     func endResponse() {
@@ -345,7 +357,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         } else {
             arm(shared.limits.sendTimeoutMs)  // progress: a fresh send timeout
         }
-        if left <= HTTPConnection.lowWatermark { loop.executeOnLoop { [weak self] in self?.connectionWritable() } }
+        if left <= HTTPConnection.lowWatermark, producerPaused || !writableWaiters.isEmpty {
+            loop.executeOnLoop { [weak self] in self?.connectionWritable() }
+        }
         let last = left == 0 && responseEnded
         // A whole response before the whole request (a refusal, a deny route): the client is asked to stop sending
         // (RFC 9113 §8.1); queued now, the reset goes out after this last DATA frame.
