@@ -148,11 +148,18 @@ final class HTTP2Session {
             flat.append(contentsOf: value.utf8)
             spans.append(HeadSpan(name: nameStart..<valueStart, value: valueStart..<flat.count, flags: flags))
         }
-        add(":status", String(status))
+        func add(_ name: StaticString, decimal number: Int) {
+            let nameStart = flat.count
+            flat.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            let valueStart = flat.count
+            Self.appendDecimal(number, to: &flat)
+            spans.append(HeadSpan(name: nameStart..<valueStart, value: valueStart..<flat.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+        }
+        add(":status", decimal: status)
         for field in headers where !Self.connectionSpecific(field) {
             add(field.name, field.value, flags: Self.indexFlags(field))
         }
-        if let contentLength { add("content-length", String(contentLength)) }
+        if let contentLength { add("content-length", decimal: contentLength) }
         let result: Int32 = flat.withUnsafeMutableBufferPointer { buffer in
             withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: spans.count) { nva in
                 let base = buffer.baseAddress!
@@ -179,6 +186,17 @@ final class HTTP2Session {
         }
         if flat.capacity <= 16 * 1024 { (headBytes, headSpans) = (flat, spans) }  // an outsized head is not kept
         return result == 0
+    }
+
+    /// `number` in decimal digits, with no String made for it.
+    private static func appendDecimal(_ number: Int, to bytes: inout [UInt8]) {
+        guard number >= 0 else { return bytes.append(contentsOf: String(number).utf8) }
+        var unit = 1
+        while unit <= number / 10 { unit *= 10 }
+        repeat {
+            bytes.append(UInt8(ascii: "0") + UInt8(number / unit % 10))
+            unit /= 10
+        } while unit > 0
     }
 
     private struct HeadSpan {
