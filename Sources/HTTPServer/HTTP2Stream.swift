@@ -182,6 +182,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
             return reject(503, "server_busy", BodyReadError.overloaded.message, method: method, target: target)
         }
         reserved = headerBytes
+        let connection = self.connection  // one load of the weak reference
         let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: connection?.clientAddress ?? "",
                                httpVersion: "HTTP/2", framing: framing, tls: connection?.tls)
         let exchange = HTTPExchange(head: head, loop: loop, connection: self)
@@ -343,8 +344,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         responseStarted = true
         exchange?.status = status
         if status == 204 || status == 304 { headOnly = true }
-        let submitted = connection?.session.respond(id, status: status, headers: headers, contentLength: contentLength, hasBody: !headOnly) ?? false
-        connection?.scheduleFlush()
+        guard let connection else { return false }
+        let submitted = connection.session.respond(id, status: status, headers: headers, contentLength: contentLength, hasBody: !headOnly)
+        connection.scheduleFlush()
         return submitted
     }
 
@@ -353,8 +355,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         if sentOffset > 0, sentOffset == outgoing.count { (outgoing, sentOffset) = ([], 0) }
         outgoing.append(contentsOf: bytes)
         exchange.bytesSent += bytes.count
-        connection?.session.resumeData(id)
-        connection?.scheduleFlush()
+        connection?.resumeData(id)
         waiting = .send
         arm(shared.limits.sendTimeoutMs)
         return writable()
@@ -369,8 +370,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
             consume(inbound.count)
             inbound = []
         }
-        if !headOnly { connection?.session.resumeData(id) }
-        connection?.scheduleFlush()
+        if headOnly { connection?.scheduleFlush() } else { connection?.resumeData(id) }
     }
 
     /// nghttp2 asks for the next DATA frame's bytes.
