@@ -90,6 +90,12 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         loop.executeOnLoop { [weak self] in self?.flush() }
     }
 
+    /// A stream's response has more for nghttp2 to frame (or its end).
+    func resumeData(_ id: Int32) {
+        session.resumeData(id)
+        scheduleFlush()
+    }
+
     private func flush() {
         flushScheduled = false
         guard !closed else { return }

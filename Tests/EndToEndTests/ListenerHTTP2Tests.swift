@@ -84,6 +84,23 @@ final class ListenerHTTP2Tests: XCTestCase {
         XCTAssertEqual(denied?["protocol"] as? String, "HTTP/2")
     }
 
+    func testTheTargetIsSplitAtItsFirstQuestionMarkAndOneNotVisibleASCIIIsRefused() throws {
+        try start()
+        // A space nghttp2 resets itself (PROTOCOL_ERROR); a fragment and a byte past ASCII are the gateway's to refuse.
+        let targets = ["/echo/t?a=1&b=%2F?c", "/echo/t", "/echo/t#f", "/echo/t x", "/echo/\u{e9}"]
+        let seen = try H2Client.run("targets", port: environment.gateway.port, caFile: certificates.caFile, arguments: targets)
+        XCTAssertEqual(seen.map { $0.split(separator: " ").prefix(2).joined(separator: " ") },
+                       ["status 200", "status 200", "status 400", "reset 1", "status 400"], "\(seen)")
+        let upstream = seen.prefix(2).map { line in
+            ((try? JSONSerialization.jsonObject(with: Data(line.utf8.dropFirst("status 200 ".count)))) as? [String: Any]) ?? [:]
+        }
+        XCTAssertEqual(upstream.map { $0["path"] as? String }, ["/echo/echo/t", "/echo/echo/t"], "\(seen)")
+        XCTAssertEqual(upstream.map { $0["query"] as? String }, ["a=1&b=%2F?c", ""], "the query from the first \"?\" on: \(seen)")
+        XCTAssertTrue(seen[2].contains("\"error\":\"bad_request_target\""), seen[2])
+        let refused = environment.gateway.waitForEvent { $0["reason"] as? String == "bad_request_target" }
+        XCTAssertEqual(refused?["path"] as? String, "/echo/t#f", "the refused target is logged as sent")
+    }
+
     func testAnSSEResponseIsRelayedAsItArrivesAndAnUnreadStreamDoesNotHoldAnother() throws {
         try start(extraServer: ", send_timeout_ms: 1500")
         // 3 events 300 ms apart (the test upstream's total timeout is 1500 ms).

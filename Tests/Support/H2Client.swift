@@ -7,8 +7,8 @@ public enum H2Client {
     public static var isAvailable: Bool { (try? Command.run("python3", ["-c", "import h2"]).status) == 0 }
 
     /// `mode`: sse, stall, rapid_reset, ping_flood, settings_flood, continuation_flood, partial_headers, header_bomb, get, hosts,
-    /// burst (`arguments`: the number of streams). Other modes may be given `arguments` [seconds]: played again on
-    /// new connections until that time is up (an attack kept up).
+    /// burst (`arguments`: the number of streams), targets (`arguments`: the request targets, a GET each). Other modes may
+    /// be given `arguments` [seconds]: played again on new connections until that time is up (an attack kept up).
     public static func run(_ mode: String, port: Int, caFile: String?, path: String = "/", arguments: [String] = [],
                            timeout: TimeInterval = 30) throws -> [String] {
         let result = try Command.run("python3", ["-c", script, mode, String(port), caFile ?? "-", path] + arguments, timeout: timeout)
@@ -257,6 +257,27 @@ def play():
             state["done"] = False
             pump(handle, lambda: state["done"])
 
+    elif mode == "targets":
+        # One request per target given, sent as it is (h2 itself refuses some): its status and body, or its reset.
+        conn.config.validate_outbound_headers = False
+        for target in sys.argv[5:]:
+            request(target)
+            answer = {"status": None, "body": bytearray()}
+            def handle(event):
+                if isinstance(event, h2.events.ResponseReceived):
+                    answer["status"] = dict(event.headers)[":status"]
+                elif isinstance(event, h2.events.DataReceived):
+                    answer["body"].extend(event.data)
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    print("reset", int(event.error_code), flush=True)
+                    state["done"] = True
+                elif isinstance(event, h2.events.StreamEnded):
+                    print("status", answer["status"], answer["body"].decode(), flush=True)
+                    state["done"] = True
+            state["done"] = False
+            pump(handle, lambda: state["done"])
+
     elif mode == "header_bomb":
         # One 4 KB header repeated: HPACK sends it once, then an index per repeat; decoded it is far over the limit.
         sid = request(path, [("x-bomb", "b" * 4000)] * 200)
@@ -271,7 +292,7 @@ def play():
         pump(handle, lambda: state["done"])
 
 # Any mode but burst may be played again and again on new connections for `seconds` (an attack kept up).
-seconds = float(sys.argv[5]) if len(sys.argv) > 5 and mode != "burst" else 0
+seconds = float(sys.argv[5]) if len(sys.argv) > 5 and mode not in ("burst", "targets") else 0
 until = time.time() + seconds
 play()
 while time.time() < until:
