@@ -548,34 +548,42 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         writeHead(status: status, headers: headers, contentLength: noBody ? nil : contentLength)
     }
 
-    /// Built as bytes: string concatenation was the biggest single cost of a relayed response's head.
+    /// Built as bytes (string concatenation was the biggest single cost of a relayed response's head), straight
+    /// into the outgoing buffer: taken out meanwhile, so it stays uniquely referenced and is not copied.
     private func writeHead(status: Int, headers: [HTTPField], contentLength: Int?) {
-        var head: [UInt8] = []
-        head.reserveCapacity(256 + headers.count * 48)
+        var head = outgoing
+        outgoing = []
+        head.reserveCapacity(head.count + 256 + headers.count * 48)
         head += Self.statusLine(status)
         for field in headers where !Self.isFraming(field) {
             head.appendUTF8(field.name)
-            head += Self.colonSpace
+            head.appendUTF8(": ")
             head.appendUTF8(field.value)
-            head += Self.crlf
+            head.appendUTF8("\r\n")
         }
         if let contentLength {
-            head += Self.contentLengthPrefix
-            head += String(contentLength).utf8
-            head += Self.crlf
+            head.appendUTF8("Content-Length: ")
+            Self.appendDecimal(contentLength, to: &head)
+            head.appendUTF8("\r\n")
         }
-        if chunked { head += Self.chunkedLine }
-        if !keepAlive { head += Self.closeLine } else if http10 { head += Self.keepAliveLine }
-        head += Self.crlf
-        emit(head)
+        if chunked { head.appendUTF8("Transfer-Encoding: chunked\r\n") }
+        // HTTP/1.0 closes unless told otherwise.
+        if !keepAlive { head.appendUTF8("Connection: close\r\n") } else if http10 { head.appendUTF8("Connection: keep-alive\r\n") }
+        head.appendUTF8("\r\n")
+        outgoing = head
+        outgoingGrew()
     }
 
-    private static let colonSpace = Array(": ".utf8)
-    private static let contentLengthPrefix = Array("Content-Length: ".utf8)
-    private static let chunkedLine = Array("Transfer-Encoding: chunked\r\n".utf8)
-    private static let closeLine = Array("Connection: close\r\n".utf8)
-    /// HTTP/1.0 closes unless told otherwise.
-    private static let keepAliveLine = Array("Connection: keep-alive\r\n".utf8)
+    /// A length's decimal digits (no String on the way).
+    private static func appendDecimal(_ number: Int, to bytes: inout [UInt8]) {
+        guard number >= 0 else { return bytes.appendUTF8(String(number)) }
+        var divisor = 1
+        while divisor <= number / 10 { divisor *= 10 }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(number / divisor % 10))
+            divisor /= 10
+        }
+    }
 
     private static func statusLine(_ status: Int) -> [UInt8] {
         if status == 200 { return ok }
@@ -586,6 +594,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
 
     private func emit(_ bytes: UnsafeRawBufferPointer) {
         outgoing.append(contentsOf: bytes)
+        outgoingGrew()
+    }
+
+    /// Flushes past 16 KiB, else at the end of the loop iteration.
+    private func outgoingGrew() {
         if outgoing.count >= 16 * 1024 {
             flushOutgoing()
         } else if !flushScheduled {
@@ -796,12 +809,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
-    /// By the name's length first: four compares per header of every response otherwise.
     private static func isFraming(_ field: HTTPField) -> Bool {
-        switch field.name.utf8.count {
-        case 10: field.hasName("Connection") || field.hasName("Keep-Alive")
-        case 14: field.hasName("Content-Length")
-        case 17: field.hasName("Transfer-Encoding")
+        switch field.known {
+        case .connection, .keepAlive, .contentLength, .transferEncoding: true
         default: false
         }
     }

@@ -7,7 +7,7 @@ public enum ConnectionTokens {
     /// Whether the `Connection` headers hold more than `limit` non-empty list items.
     public static func exceedLimit(_ headers: [HTTPField]) -> Bool {
         var count = 0
-        for header in headers where header.hasName("Connection") {
+        for header in headers where header.known == .connection {
             var inItem = false
             for byte in header.value.utf8 {
                 if byte == UInt8(ascii: ",") {

@@ -176,7 +176,7 @@ enum RequestID {
     /// From the request's headers: exactly one `X-Request-Id` is taken (when it looks like an id).
     static func accept(_ headers: [HTTPField]) -> String {
         var offered: String?, count = 0
-        for field in headers where field.hasName("X-Request-Id") {
+        for field in headers where field.known == .xRequestId {
             offered = field.value
             count += 1
         }
