@@ -555,21 +555,25 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         outgoing = []
         head.reserveCapacity(head.count + 256 + headers.count * 48)
         head += Self.statusLine(status)
-        for field in headers where !Self.isFraming(field) {
-            head.appendUTF8(field.name)
-            head.appendUTF8(": ")
-            head.appendUTF8(field.value)
-            head.appendUTF8("\r\n")
+        for index in headers.indices where !Self.isFraming(headers[index].known) {
+            head.appendUTF8(headers[index].name)
+            head.append(UInt8(ascii: ":"))
+            head.append(UInt8(ascii: " "))
+            head.appendUTF8(headers[index].value)
+            head.append(0x0D)
+            head.append(0x0A)
         }
         if let contentLength {
             head.appendUTF8("Content-Length: ")
             Self.appendDecimal(contentLength, to: &head)
-            head.appendUTF8("\r\n")
+            head.append(0x0D)
+            head.append(0x0A)
         }
         if chunked { head.appendUTF8("Transfer-Encoding: chunked\r\n") }
         // HTTP/1.0 closes unless told otherwise.
         if !keepAlive { head.appendUTF8("Connection: close\r\n") } else if http10 { head.appendUTF8("Connection: keep-alive\r\n") }
-        head.appendUTF8("\r\n")
+        head.append(0x0D)
+        head.append(0x0A)
         outgoing = head
         outgoingGrew()
     }
@@ -809,8 +813,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
-    private static func isFraming(_ field: HTTPField) -> Bool {
-        switch field.known {
+    private static func isFraming(_ name: KnownHeader) -> Bool {
+        switch name {
         case .connection, .keepAlive, .contentLength, .transferEncoding: true
         default: false
         }

@@ -16,8 +16,14 @@ extension Array where Element == HTTPField {
     /// The first value of header `name`, if any.
     public func first(named name: String) -> String? {
         let known = KnownHeader(name)
-        if known != .other { return first { $0.known == known }?.value }
+        if known != .other { return first(named: known) }
         return first { $0.hasName(name) }?.value
+    }
+
+    /// The first value of the header `known` names, if any.
+    public func first(named known: KnownHeader) -> String? {
+        for index in indices where self[index].known == known { return self[index].value }
+        return nil
     }
 }
 

@@ -31,22 +31,26 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
         }
     }
 
-    /// By length first (most names differ in it), then the candidates' lower-case bytes.
+    /// One slot of a table by a hash of the length and the last two bytes (letters folded, so every spelling of a
+    /// name lands in its slot; no two known names share one), then that candidate's bytes: a field is made per
+    /// header of every message, so this costs a few instructions a byte.
     static func classify(_ name: UnsafeBufferPointer<UInt8>) -> KnownHeader {
-        guard name.count < byLength.count else { return .other }
-        for candidate in byLength[name.count] where matches(name, candidate.lowered) { return candidate.code }
-        return .other
-    }
-
-    private static func matches(_ name: UnsafeBufferPointer<UInt8>, _ lowered: [UInt8]) -> Bool {
-        for index in 0..<name.count {
-            let byte = name[index], wanted = lowered[index]
+        let count = name.count
+        guard count >= 2, count <= 32 else { return .other }
+        let slot = (count &* 15 ^ Int(name[count - 1] | 0x20) &* 42 ^ Int(name[count - 2] | 0x20)) & 127
+        let candidate = slots[slot]
+        guard candidate != 0 else { return .other }
+        let start = Int(offsets[Int(candidate)]), end = Int(offsets[Int(candidate) + 1])
+        guard end - start == count else { return .other }
+        let lowered = Self.lowered
+        for index in 0..<count {
+            let byte = name[index], wanted = lowered[start + index]
             // As `HTTPField.sameLetterOrByte`: only letters fold (CR | 0x20 is "-").
             guard byte == wanted || (byte | 0x20 == wanted && wanted >= UInt8(ascii: "a") && wanted <= UInt8(ascii: "z")) else {
-                return false
+                return .other
             }
         }
-        return true
+        return KnownHeader(rawValue: candidate)!
     }
 
     private static let spellings: [String] = [
@@ -61,13 +65,18 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
         "traceparent", "X-Attest-Error",
     ]
 
-    /// Index: name length in bytes.
-    private static let byLength: [[(lowered: [UInt8], code: KnownHeader)]] = {
-        var table = [[(lowered: [UInt8], code: KnownHeader)]](repeating: [], count: spellings.map(\.utf8.count).max()! + 1)
+    /// Every spelling lower-cased, one after another; a code's bytes are `offsets[code]..<offsets[code + 1]`.
+    private static let lowered: [UInt8] = spellings.flatMap { $0.utf8.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 } }
+    private static let offsets: [Int] = spellings.reduce(into: [0]) { $0.append($0.last! + $1.utf8.count) }
+    /// Index: the hash `classify` computes; value: the code's raw value (0: none).
+    private static let slots: [UInt8] = {
+        var slots = [UInt8](repeating: 0, count: 128)
         for code in allCases where code != .other {
-            let lowered = code.spelling.utf8.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
-            table[lowered.count].append((lowered, code))
+            let bytes = Array(code.spelling.utf8), count = bytes.count
+            let slot = (count &* 15 ^ Int(bytes[count - 1] | 0x20) &* 42 ^ Int(bytes[count - 2] | 0x20)) & 127
+            precondition(slots[slot] == 0, "two known header names share a slot")
+            slots[slot] = code.rawValue
         }
-        return table
+        return slots
     }()
 }

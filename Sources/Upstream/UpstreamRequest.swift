@@ -67,8 +67,15 @@ extension Array where Element == HTTPField {
     /// The values of every field called `name` (case-insensitive), in order.
     public func values(named name: String) -> [String] {
         let known = KnownHeader(name)
-        if known != .other { return compactMap { $0.known == known ? $0.value : nil } }
+        if known != .other { return values(named: known) }
         return filter { $0.hasName(name) }.map(\.value)
+    }
+
+    /// The values of every field whose name is `known`, in order (by index: no field is copied to be looked at).
+    public func values(named known: KnownHeader) -> [String] {
+        var values: [String] = []
+        for index in indices where self[index].known == known { values.append(self[index].value) }
+        return values
     }
 }
 

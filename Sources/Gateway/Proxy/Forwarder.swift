@@ -130,15 +130,9 @@ struct Forwarder {
         return headers
     }
 
-    /// RFC 7239's `for=…;proto=…`, an IPv6 node quoted in brackets; built in one string (each `+` made another).
+    /// RFC 7239's `for=…;proto=…`, an IPv6 node quoted in brackets. One interpolation: each `+` made another
+    /// string (the cheapest of the ways measured, writing the bytes into one new string included).
     private static func forwardedElement(client: String, scheme: String) -> String {
-        let isIPv6 = client.utf8.contains(UInt8(ascii: ":"))
-        var element = ""
-        element.reserveCapacity(client.utf8.count + scheme.utf8.count + 16)
-        element += isIPv6 ? "for=\"[" : "for="
-        element += client
-        element += isIPv6 ? "]\";proto=" : ";proto="
-        element += scheme
-        return element
+        client.allBytes { $0 != UInt8(ascii: ":") } ? "for=\(client);proto=\(scheme)" : "for=\"[\(client)]\";proto=\(scheme)"
     }
 }

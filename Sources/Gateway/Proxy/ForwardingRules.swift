@@ -88,22 +88,22 @@ enum ForwardingRules {
         let known = KnownHeader(name)
         guard known == .other else { return values(known, in: headers) }
         var values: [String] = []
-        forEachItem(in: headers, where: { $0.hasName(name) }) { values.append(String(decoding: $0, as: UTF8.self)) }
+        forEachItem(in: headers.filter { $0.hasName(name) }, named: nil) { values.append(String(decoding: $0, as: UTF8.self)) }
         return values
     }
 
     static func values(_ known: KnownHeader, in headers: [HTTPField]) -> [String] {
         var values: [String] = []
-        forEachItem(in: headers, where: { $0.known == known }) { values.append(String(decoding: $0, as: UTF8.self)) }
+        forEachItem(in: headers, named: known) { values.append(String(decoding: $0, as: UTF8.self)) }
         return values
     }
 
-    /// The non-empty items of the comma-separated list of every header `named` picks, blanks around them trimmed. Read
+    /// The non-empty items of the comma-separated list of every header called `known` (every header: nil), blanks around them trimmed. Read
     /// from the value's contiguous bytes (a `split` made an array per header, and the string view's index
     /// steps cost more than the scan: together most of what judging a response's headers cost).
-    private static func forEachItem(in headers: [HTTPField], where named: (HTTPField) -> Bool, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
-        for header in headers where named(header) {
-            var value = header.value
+    private static func forEachItem(in headers: [HTTPField], named known: KnownHeader?, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        for index in headers.indices where known == nil || headers[index].known == known {
+            var value = headers[index].value
             value.withUTF8 { list in
                 var start = 0
                 while start < list.count {
@@ -125,7 +125,7 @@ enum ForwardingRules {
     /// bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
-        forEachItem(in: headers, where: { $0.known == .connection }) { item in
+        forEachItem(in: headers, named: .connection) { item in
             if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
             // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
             let lowered = item.allSatisfy({ $0 < 0x80 })
