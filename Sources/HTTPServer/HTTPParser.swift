@@ -45,7 +45,20 @@ final class RequestParser {
         return consumed == count ? .consumed : .failed("parser stopped early")
     }
 
-    var method: String { String(cString: http_method_str(http_method(rawValue: chp_method(parser)))) }
+    /// The common methods as literals (no string made per request); the others by the parser's name for them.
+    var method: String {
+        let method = http_method(rawValue: chp_method(parser))
+        switch method {
+        case HTTP_GET: return "GET"
+        case HTTP_POST: return "POST"
+        case HTTP_HEAD: return "HEAD"
+        case HTTP_PUT: return "PUT"
+        case HTTP_DELETE: return "DELETE"
+        case HTTP_PATCH: return "PATCH"
+        case HTTP_OPTIONS: return "OPTIONS"
+        default: return String(cString: http_method_str(method))
+        }
+    }
     var isChunked: Bool { chp_is_chunked(parser) != 0 }
     var shouldKeepAlive: Bool { http_should_keep_alive(parser) != 0 }
     var isUpgrade: Bool { parser.pointee.upgrade != 0 }
