@@ -41,12 +41,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
     private var phase = Phase.idle
 
-    // The request being parsed (filled by the parser's callbacks).
-    private var target: [UInt8] = []
-    private var fields: [HTTPField] = []
-    private var fieldName: [UInt8] = []
-    private var fieldValue: [UInt8] = []
-    private var inValue = false
+    /// Where the head's target and fields lie, from `HeadScan` (its storage reused from request to request).
+    private var headParts = HeadScan.Parts()
     private var messageComplete = false
 
     // Body reading: pieces go to `bodySink` (false = pause until `resumeBody`), then `bodyEnd` once.
@@ -194,7 +190,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
             socket.stopReading()
             return refuse(BodyReadError.overloaded.response)
         }
-        let outcome = inbound.withUnsafeBytes { HeadScan.findEnd($0, from: scanned) }
+        var parts = headParts
+        headParts = HeadScan.Parts()  // the local copy stays uniquely referenced
+        let outcome = inbound.withUnsafeBytes { HeadScan.findEnd($0, from: scanned, parts: &parts) }
+        headParts = parts
         switch outcome {
         case .incomplete(let upTo):
             scanned = upTo
@@ -237,15 +236,24 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
 
     private func beginRequest(headStart: Int, headEnd: Int) {
         parser.reset()
-        clearHeadBuffers()
-        (fields, inValue, messageComplete) = ([], false, false)
-        fields.reserveCapacity(16)  // one allocation, not one per doubling
-        let fed = inbound.withUnsafeBytes { parser.feed(UnsafeRawBufferPointer(rebasing: $0[headStart..<headEnd])) }
+        messageComplete = false
+        // The parser reads the head for its framing state only; the fields and target are read where HeadScan found them.
+        let (fed, fields, path, query, targetIsOriginForm) = inbound.withUnsafeBytes { bytes in
+            let head = UnsafeRawBufferPointer(rebasing: bytes[headStart..<headEnd])
+            let fields = headParts.fields.map { field in
+                HTTPField(String(decoding: head[field.name], as: UTF8.self), String(decoding: head[field.value], as: UTF8.self))
+            }
+            let target = head[headParts.target]
+            let (path, query) = Self.split(target)
+            // Visible ASCII only (RFC 9112); origin form; no "#": an upstream cutting the target at a fragment
+            // would see another path than the one routed here.
+            let originForm = target.first == UInt8(ascii: "/") && target.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 })
+            return (parser.feed(head), fields, path, query, originForm)
+        }
         if case .failed(let detail) = fed, !parser.isUpgrade {
             // The parser refuses conflicting framing itself; the framing judge names it when it can.
-            if inValue || !fieldName.isEmpty { endField() }
             if case .failure(let violation) = RequestFraming.judge(fields, httpVersion: "HTTP/1.1") { return reject(violation) }
-            let framing = fields.contains { $0.hasName("Content-Length") || $0.hasName("Transfer-Encoding") }
+            let framing = fields.contains { $0.known == .contentLength || $0.known == .transferEncoding }
             return reject(RequestFraming.Violation(status: 400, reason: framing ? "ambiguous_framing" : "bad_request",
                                                    message: "malformed request: \(detail)"))
         }
@@ -254,11 +262,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         scanned = 0
         let method = parser.method
         let version = parser.minorVersion == 0 ? "HTTP/1.0" : "HTTP/1.1"  // HeadScan admitted no other
-        var rawTarget: String { String(decoding: target, as: UTF8.self) }  // for refusals' log lines
-        let (path, query) = Self.split(target)
-        // Visible ASCII only (RFC 9112); origin form; no "#": an upstream cutting the target at a fragment
-        // would see another path than the one routed here.
-        guard path.hasPrefix("/"), target.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 }) else {
+        var rawTarget: String { query.map { path + "?" + $0 } ?? path }  // for refusals' log lines
+        guard targetIsOriginForm else {
             return reject(RequestFraming.Violation(status: 400, reason: "bad_request_target",
                                                    message: "the request target must be an absolute path of visible ASCII without a fragment"),
                           method: method, target: rawTarget)
@@ -313,38 +318,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     /// Path and query, split at the first "?" of the target's bytes.
-    private static func split(_ target: [UInt8]) -> (path: String, query: String?) {
+    private static func split(_ target: Slice<UnsafeRawBufferPointer>) -> (path: String, query: String?) {
         guard let mark = target.firstIndex(of: UInt8(ascii: "?")) else { return (String(decoding: target, as: UTF8.self), nil) }
         return (String(decoding: target[..<mark], as: UTF8.self), String(decoding: target[(mark + 1)...], as: UTF8.self))
     }
 
     // MARK: - Parser callbacks
-
-    func parsedTarget(_ bytes: UnsafeRawBufferPointer) { target.append(contentsOf: bytes) }
-
-    func parsedField(name bytes: UnsafeRawBufferPointer) {
-        if inValue { endField() }
-        fieldName.append(contentsOf: bytes)
-    }
-
-    func parsedValue(_ bytes: UnsafeRawBufferPointer) {
-        inValue = true
-        fieldValue.append(contentsOf: bytes)
-    }
-
-    func parsedHeadersComplete() {
-        if inValue || !fieldName.isEmpty { endField() }
-    }
-
-    private func endField() {
-        var value = fieldValue[...]
-        while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
-        while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
-        fields.append(HTTPField(String(decoding: fieldName, as: UTF8.self), String(decoding: value, as: UTF8.self)))
-        fieldName.removeAll(keepingCapacity: true)
-        fieldValue.removeAll(keepingCapacity: true)
-        inValue = false
-    }
 
     func parsedBody(_ bytes: UnsafeRawBufferPointer) {
         guard bodyError == nil, bodySink != nil else { return }
@@ -548,34 +527,46 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         writeHead(status: status, headers: headers, contentLength: noBody ? nil : contentLength)
     }
 
-    /// Built as bytes: string concatenation was the biggest single cost of a relayed response's head.
+    /// Built as bytes (string concatenation was the biggest single cost of a relayed response's head), straight
+    /// into the outgoing buffer: taken out meanwhile, so it stays uniquely referenced and is not copied.
     private func writeHead(status: Int, headers: [HTTPField], contentLength: Int?) {
-        var head: [UInt8] = []
-        head.reserveCapacity(256 + headers.count * 48)
+        var head = outgoing
+        outgoing = []
+        head.reserveCapacity(head.count + 256 + headers.count * 48)
         head += Self.statusLine(status)
-        for field in headers where !Self.isFraming(field) {
-            head.appendUTF8(field.name)
-            head += Self.colonSpace
-            head.appendUTF8(field.value)
-            head += Self.crlf
+        for index in headers.indices where !Self.isFraming(headers[index].known) {
+            head.appendUTF8(headers[index].name)
+            head.append(UInt8(ascii: ":"))
+            head.append(UInt8(ascii: " "))
+            head.appendUTF8(headers[index].value)
+            head.append(0x0D)
+            head.append(0x0A)
         }
         if let contentLength {
-            head += Self.contentLengthPrefix
-            head += String(contentLength).utf8
-            head += Self.crlf
+            head.appendUTF8("Content-Length: ")
+            Self.appendDecimal(contentLength, to: &head)
+            head.append(0x0D)
+            head.append(0x0A)
         }
-        if chunked { head += Self.chunkedLine }
-        if !keepAlive { head += Self.closeLine } else if http10 { head += Self.keepAliveLine }
-        head += Self.crlf
-        emit(head)
+        if chunked { head.appendUTF8("Transfer-Encoding: chunked\r\n") }
+        // HTTP/1.0 closes unless told otherwise.
+        if !keepAlive { head.appendUTF8("Connection: close\r\n") } else if http10 { head.appendUTF8("Connection: keep-alive\r\n") }
+        head.append(0x0D)
+        head.append(0x0A)
+        outgoing = head
+        outgoingGrew()
     }
 
-    private static let colonSpace = Array(": ".utf8)
-    private static let contentLengthPrefix = Array("Content-Length: ".utf8)
-    private static let chunkedLine = Array("Transfer-Encoding: chunked\r\n".utf8)
-    private static let closeLine = Array("Connection: close\r\n".utf8)
-    /// HTTP/1.0 closes unless told otherwise.
-    private static let keepAliveLine = Array("Connection: keep-alive\r\n".utf8)
+    /// A length's decimal digits (no String on the way).
+    private static func appendDecimal(_ number: Int, to bytes: inout [UInt8]) {
+        guard number >= 0 else { return bytes.appendUTF8(String(number)) }
+        var divisor = 1
+        while divisor <= number / 10 { divisor *= 10 }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(number / divisor % 10))
+            divisor /= 10
+        }
+    }
 
     private static func statusLine(_ status: Int) -> [UInt8] {
         if status == 200 { return ok }
@@ -586,6 +577,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
 
     private func emit(_ bytes: UnsafeRawBufferPointer) {
         outgoing.append(contentsOf: bytes)
+        outgoingGrew()
+    }
+
+    /// Flushes past 16 KiB, else at the end of the loop iteration.
+    private func outgoingGrew() {
         if outgoing.count >= 16 * 1024 {
             flushOutgoing()
         } else if !flushScheduled {
@@ -720,17 +716,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         // An idle connection keeps no buffer a large head or response left behind: 10,000 of them must stay small.
         if inbound.isEmpty && inbound.capacity > 4096 { inbound = [] }
         if outgoing.isEmpty && outgoing.capacity > 4096 { outgoing = [] }
-        fields = []
-        clearHeadBuffers()
+        if headParts.fields.capacity > 64 { headParts = HeadScan.Parts() }
         shared.isDraining ? close() : timer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
-    }
-
-    /// The target and field buffers emptied for the next head, their storage kept (three allocations a request
-    /// otherwise) unless a big head grew it.
-    private func clearHeadBuffers() {
-        if target.capacity > 4096 { target = [] } else { target.removeAll(keepingCapacity: true) }
-        if fieldName.capacity > 4096 { fieldName = [] } else { fieldName.removeAll(keepingCapacity: true) }
-        if fieldValue.capacity > 4096 { fieldValue = [] } else { fieldValue.removeAll(keepingCapacity: true) }
     }
 
     /// Closes the connection if it waits for a request; the drain leaves busy ones to finish.
@@ -796,12 +783,9 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private static let crlf: [UInt8] = [0x0D, 0x0A]
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
-    /// By the name's length first: four compares per header of every response otherwise.
-    private static func isFraming(_ field: HTTPField) -> Bool {
-        switch field.name.utf8.count {
-        case 10: field.hasName("Connection") || field.hasName("Keep-Alive")
-        case 14: field.hasName("Content-Length")
-        case 17: field.hasName("Transfer-Encoding")
+    private static func isFraming(_ name: KnownHeader) -> Bool {
+        switch name {
+        case .connection, .keepAlive, .contentLength, .transferEncoding: true
         default: false
         }
     }

@@ -6,7 +6,8 @@ import Upstream
 extension HTTPField {
     /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
     public var isSafeToSend: Bool {
-        let nameIsToken = !name.isEmpty && name.allBytes(HTTPField.isTokenByte)
+        // A known name is one of the gateway's spellings, letters in any case: a token.
+        let nameIsToken = known != .other || (!name.isEmpty && name.allBytes(HTTPField.isTokenByte))
         return nameIsToken && value.allBytes { $0 != 0x0D && $0 != 0x0A && $0 != 0 }
     }
 }
@@ -14,7 +15,15 @@ extension HTTPField {
 extension Array where Element == HTTPField {
     /// The first value of header `name`, if any.
     public func first(named name: String) -> String? {
-        first { $0.hasName(name) }?.value
+        let known = KnownHeader(name)
+        if known != .other { return first(named: known) }
+        return first { $0.hasName(name) }?.value
+    }
+
+    /// The first value of the header `known` names, if any.
+    public func first(named known: KnownHeader) -> String? {
+        for index in indices where self[index].known == known { return self[index].value }
+        return nil
     }
 }
 

@@ -4,12 +4,9 @@ import CHTTPParser
 // accepted its raw bytes (Debian's build is non-strict), and then frames the body: Content-Length or
 // chunked, with its own overflow and syntax checks.
 
-/// What the parser reports while it reads one request.
+/// What the parser reports while it reads one request: only its body (the head's target and fields are read
+/// where `HeadScan` found them; the parser reads the head for its framing state).
 protocol RequestParserDelegate: AnyObject {
-    func parsedTarget(_ bytes: UnsafeRawBufferPointer)
-    func parsedField(name: UnsafeRawBufferPointer)
-    func parsedValue(_ bytes: UnsafeRawBufferPointer)
-    func parsedHeadersComplete()
     func parsedBody(_ bytes: UnsafeRawBufferPointer)
     func parsedMessageComplete()
 }
@@ -48,7 +45,20 @@ final class RequestParser {
         return consumed == count ? .consumed : .failed("parser stopped early")
     }
 
-    var method: String { String(cString: http_method_str(http_method(rawValue: chp_method(parser)))) }
+    /// The common methods as literals (no string made per request); the others by the parser's name for them.
+    var method: String {
+        let method = http_method(rawValue: chp_method(parser))
+        switch method {
+        case HTTP_GET: return "GET"
+        case HTTP_POST: return "POST"
+        case HTTP_HEAD: return "HEAD"
+        case HTTP_PUT: return "PUT"
+        case HTTP_DELETE: return "DELETE"
+        case HTTP_PATCH: return "PATCH"
+        case HTTP_OPTIONS: return "OPTIONS"
+        default: return String(cString: http_method_str(method))
+        }
+    }
     var isChunked: Bool { chp_is_chunked(parser) != 0 }
     var shouldKeepAlive: Bool { http_should_keep_alive(parser) != 0 }
     var isUpgrade: Bool { parser.pointee.upgrade != 0 }
@@ -68,22 +78,6 @@ private func bytes(_ at: UnsafePointer<CChar>?, _ length: Int) -> UnsafeRawBuffe
 
 nonisolated(unsafe) private var settings: http_parser_settings = {
     var settings = http_parser_settings()
-    settings.on_url = { parser, at, length in
-        RequestParser.from(parser)?.delegate?.parsedTarget(bytes(at, length))
-        return 0
-    }
-    settings.on_header_field = { parser, at, length in
-        RequestParser.from(parser)?.delegate?.parsedField(name: bytes(at, length))
-        return 0
-    }
-    settings.on_header_value = { parser, at, length in
-        RequestParser.from(parser)?.delegate?.parsedValue(bytes(at, length))
-        return 0
-    }
-    settings.on_headers_complete = { parser in
-        RequestParser.from(parser)?.delegate?.parsedHeadersComplete()
-        return 0
-    }
     settings.on_body = { parser, at, length in
         RequestParser.from(parser)?.delegate?.parsedBody(bytes(at, length))
         return 0

@@ -20,8 +20,8 @@ public enum RequestFraming: Equatable, Sendable {
     }
 
     public static func judge(_ headers: [HTTPField], httpVersion: String) -> Result<RequestFraming, Violation> {
-        let encodings = headers.values(named: "Transfer-Encoding")
-        let lengths = headers.values(named: "Content-Length").map { $0.trimmingSpaces }
+        let encodings = headers.values(named: .transferEncoding)
+        let lengths = headers.values(named: .contentLength).map { $0.trimmingSpaces }
         if !encodings.isEmpty && !lengths.isEmpty {
             return .failure(ambiguous("both Content-Length and Transfer-Encoding are present"))
         }

@@ -7,17 +7,19 @@ public enum ConnectionTokens {
     /// Whether the `Connection` headers hold more than `limit` non-empty list items.
     public static func exceedLimit(_ headers: [HTTPField]) -> Bool {
         var count = 0
-        for header in headers where header.hasName("Connection") {
+        for index in headers.indices where headers[index].known == .connection {
             var inItem = false
-            for byte in header.value.utf8 {
+            // Read from the value's bytes; stops at the first item over the limit.
+            let withinLimit = headers[index].value.allBytes { byte in
                 if byte == UInt8(ascii: ",") {
                     inItem = false
                 } else if byte != 0x20 && byte != 0x09 && !inItem {
                     inItem = true
                     count += 1
-                    if count > limit { return true }
                 }
+                return count <= limit
             }
+            if !withinLimit { return true }
         }
         return false
     }

@@ -1,11 +1,21 @@
 /// One header field, as sent or received. Order and repeats matter, so headers are lists of these.
 public struct HTTPField: Sendable, Equatable {
-    public var name: String
+    public var name: String { didSet { known = KnownHeader(name) } }
     public var value: String
+    /// What the name is among those the rules look for, classified once here.
+    public private(set) var known: KnownHeader
 
     public init(_ name: String, _ value: String) {
         self.name = name
         self.value = value
+        known = KnownHeader(name)
+    }
+
+    /// A header the gateway sets, in its canonical spelling (nothing to classify).
+    public init(_ known: KnownHeader, _ value: String) {
+        name = known.spelling
+        self.value = value
+        self.known = known
     }
 }
 
@@ -56,7 +66,16 @@ extension String {
 extension Array where Element == HTTPField {
     /// The values of every field called `name` (case-insensitive), in order.
     public func values(named name: String) -> [String] {
-        filter { $0.hasName(name) }.map(\.value)
+        let known = KnownHeader(name)
+        if known != .other { return values(named: known) }
+        return filter { $0.hasName(name) }.map(\.value)
+    }
+
+    /// The values of every field whose name is `known`, in order (by index: no field is copied to be looked at).
+    public func values(named known: KnownHeader) -> [String] {
+        var values: [String] = []
+        for index in indices where self[index].known == known { values.append(self[index].value) }
+        return values
     }
 }
 

@@ -23,6 +23,23 @@ final class HeadScanTests: XCTestCase {
         assertRefused(Array(text.utf8), reason, message, file: file, line: line)
     }
 
+    func testPartsSayWhereTheTargetAndFieldsLie() {
+        // The server reads the request's fields from here: names as sent, values without the blanks around them.
+        let head = Array("\r\nGET /a?b=1 HTTP/1.1\r\nHost:  t \r\nX-Empty:\r\nX-Blank: \t \r\nX-Tab:\ta\tb \r\nx-lower:v\r\n\r\n".utf8)
+        var parts = HeadScan.Parts()
+        let outcome = head.withUnsafeBytes { HeadScan.findEnd($0, from: 0, parts: &parts) }
+        guard case .complete(let start, let end) = outcome else { return XCTFail("refused: \(outcome)") }
+        let text = { (range: Range<Int>) in String(decoding: head[start..<end][(start + range.lowerBound)..<(start + range.upperBound)], as: UTF8.self) }
+        XCTAssertEqual(text(parts.target), "/a?b=1")
+        XCTAssertEqual(parts.fields.map { text($0.name) }, ["Host", "X-Empty", "X-Blank", "X-Tab", "x-lower"])
+        XCTAssertEqual(parts.fields.map { text($0.value) }, ["t", "", "", "a\tb", "v"])
+        // Scanned again (the next request on the connection), the parts are the new head's alone.
+        let next = Array("GET / HTTP/1.0\r\n\r\n".utf8)
+        _ = next.withUnsafeBytes { HeadScan.findEnd($0, from: 0, parts: &parts) }
+        XCTAssertEqual(parts.target, 4..<5)
+        XCTAssertTrue(parts.fields.isEmpty)
+    }
+
     func testWellFormedHeadsAreAccepted() {
         let head = "GET /x HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nX-Tab:\ta\tb \r\nAccept: */*\r\n\r\n"
         XCTAssertEqual(scan(head), .complete(start: 0, end: head.utf8.count))

@@ -23,6 +23,32 @@ enum ForwardingRules {
     private static let responseDropped = HeaderNames(hopByHop)
     private static let proxyPrefix = Array("proxy-".utf8)
 
+    /// The verdicts above for each known name, judged once from its spelling: a known header is judged by its
+    /// code (index: `KnownHeader.rawValue`), only other names by their bytes.
+    private static let requestDroppedKnown = verdicts(underscoreAsDash: true) { isRequestDropped($0, named: []) }
+    private static let responseDroppedKnown = verdicts(underscoreAsDash: false) { isResponseDropped($0, named: []) }
+
+    private static func verdicts(underscoreAsDash: Bool, _ verdict: (FoldedName<UnsafeBufferPointer<UInt8>>) -> Bool) -> [Bool] {
+        KnownHeader.allCases.map { $0 != .other && FoldedName.judge($0.spelling, underscoreAsDash: underscoreAsDash, verdict) }
+    }
+
+    private static func isRequestDropped(_ name: FoldedName<UnsafeBufferPointer<UInt8>>, named: Set<[UInt8]>) -> Bool {
+        requestDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered)) || requestDroppedPrefixes.contains(where: name.starts)
+    }
+
+    private static func isResponseDropped(_ name: FoldedName<UnsafeBufferPointer<UInt8>>, named: Set<[UInt8]>) -> Bool {
+        responseDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered)) || name.starts(with: proxyPrefix)
+    }
+
+    /// Whether a name the `Connection` headers list (`named`, lower-cased) is `known`'s.
+    private static func isNamed(_ known: KnownHeader, in named: Set<[UInt8]>) -> Bool {
+        !named.isEmpty && named.contains(knownLowered[Int(known.rawValue)])
+    }
+
+    private static let knownLowered = KnownHeader.allCases.map { code in
+        code.spelling.utf8.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
+    }
+
     /// The client's headers as the upstream should see them, before the gateway adds its own. A name
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
     /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
@@ -33,11 +59,10 @@ enum ForwardingRules {
         var kept = headers
         kept.reserveCapacity(headers.count + room)
         kept.removeAll { header in
+            // A known name has no "_" and folds to its spelling.
+            if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
             if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
-            return FoldedName.judge(header.name, underscoreAsDash: true) { name in
-                requestDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered))
-                    || requestDroppedPrefixes.contains(where: name.starts)
-            }
+            return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
         }
         return kept
     }
@@ -53,25 +78,32 @@ enum ForwardingRules {
     static func removeHopByHop(fromResponse headers: inout [HTTPField]) {
         let named = connectionNamed(headers)
         headers.removeAll { header in
-            FoldedName.judge(header.name, underscoreAsDash: false) { name in
-                responseDropped.contains(name) || (!named.isEmpty && named.contains(name.lowered)) || name.starts(with: proxyPrefix)
-            }
+            if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
+            return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
         }
     }
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
     static func values(_ name: String, in headers: [HTTPField]) -> [String] {
+        let known = KnownHeader(name)
+        guard known == .other else { return values(known, in: headers) }
         var values: [String] = []
-        forEachItem(name, in: headers) { values.append(String(decoding: $0, as: UTF8.self)) }
+        forEachItem(in: headers.filter { $0.hasName(name) }, named: nil) { values.append(String(decoding: $0, as: UTF8.self)) }
         return values
     }
 
-    /// The non-empty items of every `name` header's comma-separated list, blanks around them trimmed. Read
+    static func values(_ known: KnownHeader, in headers: [HTTPField]) -> [String] {
+        var values: [String] = []
+        forEachItem(in: headers, named: known) { values.append(String(decoding: $0, as: UTF8.self)) }
+        return values
+    }
+
+    /// The non-empty items of the comma-separated list of every header called `known` (every header: nil), blanks around them trimmed. Read
     /// from the value's contiguous bytes (a `split` made an array per header, and the string view's index
     /// steps cost more than the scan: together most of what judging a response's headers cost).
-    private static func forEachItem(_ name: String, in headers: [HTTPField], _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
-        for header in headers where header.hasName(name) {
-            var value = header.value
+    private static func forEachItem(in headers: [HTTPField], named known: KnownHeader?, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        for index in headers.indices where known == nil || headers[index].known == known {
+            var value = headers[index].value
             value.withUTF8 { list in
                 var start = 0
                 while start < list.count {
@@ -93,7 +125,7 @@ enum ForwardingRules {
     /// bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
-        forEachItem("connection", in: headers) { item in
+        forEachItem(in: headers, named: .connection) { item in
             if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
             // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
             let lowered = item.allSatisfy({ $0 < 0x80 })

@@ -176,8 +176,8 @@ enum RequestID {
     /// From the request's headers: exactly one `X-Request-Id` is taken (when it looks like an id).
     static func accept(_ headers: [HTTPField]) -> String {
         var offered: String?, count = 0
-        for field in headers where field.hasName("X-Request-Id") {
-            offered = field.value
+        for index in headers.indices where headers[index].known == .xRequestId {
+            offered = headers[index].value
             count += 1
         }
         if count == 1, let id = offered, (1...128).contains(id.utf8.count), id.allBytes(isAllowed) {
