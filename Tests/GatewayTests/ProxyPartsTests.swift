@@ -169,11 +169,7 @@ final class ProxyPartsTests: XCTestCase {
         let padding = String(repeating: "p", count: 400)  // 12,000 lines of ~0.5 KiB: several 1 MiB bursts
         DispatchQueue.concurrentPerform(iterations: threads) { thread in
             for index in 0..<linesPerThread {
-                log.request(level: .info) { line in
-                    line.int("thread", thread)
-                    line.int("index", index)
-                    line.string("padding", padding)
-                }
+                log.request(level: .info, TestFields([("thread", .int(thread)), ("index", .int(index)), ("padding", .string(padding))]))
                 if index % 1_000 == 0 { usleep(20_000) }  // let the writer thread take a few batches
             }
         }
@@ -226,11 +222,7 @@ final class ProxyPartsTests: XCTestCase {
     }
 
     func testJSONLineEscapesAndParsesBack() throws {
-        var line = JSONLine()
-        line.string("path", "/a\"b\\c\nd\u{01}é")
-        line.int("status", 200)
-        line.number("total_ms", 1.23456)
-        let bytes = line.line
+        let bytes = TestFields([("path", .string("/a\"b\\c\nd\u{01}é")), ("status", .int(200)), ("total_ms", .number(1.23456))]).line
         XCTAssertEqual(bytes.last, UInt8(ascii: "\n"))
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(bytes.dropLast())) as? [String: Any])
         XCTAssertEqual(object["path"] as? String, "/a\"b\\c\nd\u{01}é")
@@ -241,13 +233,9 @@ final class ProxyPartsTests: XCTestCase {
     /// The exact bytes: quote, backslash and newline get their short escapes, other control bytes \u00XX (lower-case
     /// hex), DEL and non-ASCII stay as they are, also at a value's edges, between clean runs and back to back.
     func testJSONLineEscapesExactly() {
-        var line = JSONLine()
-        line.string("a", "\"x\\y\n\t\r\u{01}\u{1F}\u{7F}é😀z\"")
-        line.string("b", "")
-        line.string("c", "\u{00}\u{00}")
-        line.string("d", String(repeating: "clean/", count: 40))
-        line.int("e", Int.min)
-        line.string("f", "/a/long/path/with/\"/past/eight/bytes\\")
+        let line = TestFields([("a", .string("\"x\\y\n\t\r\u{01}\u{1F}\u{7F}é😀z\"")), ("b", .string("")), ("c", .string("\u{00}\u{00}")),
+                               ("d", .string(String(repeating: "clean/", count: 40))), ("e", .int(Int.min)),
+                               ("f", .string("/a/long/path/with/\"/past/eight/bytes\\"))])
         let expected = #"{"a":"\"x\\y\n\u0009\u000d\u0001\u001f"# + "\u{7F}é😀z" + #"\"","b":"","c":"\u0000\u0000","d":""#
             + String(repeating: "clean/", count: 40) + #"","e":-9223372036854775808,"f":"/a/long/path/with/\"/past/eight/bytes\\"}"# + "\n"
         XCTAssertEqual(String(decoding: line.line, as: UTF8.self), expected)
@@ -278,8 +266,7 @@ final class ProxyPartsTests: XCTestCase {
         let random = (0..<2_000).map { _ in Double.random(in: 0..<100_000, using: &generator) }
             + (0..<2_000).map { _ in Double(Int.random(in: 0..<10_000_000, using: &generator)) / 1000 }
         for value in edges + random {
-            var line = JSONLine()
-            line.number("n", value)
+            let line = TestFields([("n", .number(value))])
             let rounded = (value * 1000).rounded() / 1000
             let expected = rounded.isFinite ? String(rounded) : "null"
             XCTAssertEqual(String(decoding: line.line, as: UTF8.self), "{\"n\":\(expected)}\n", "\(value)")
@@ -291,12 +278,7 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(pipe(&descriptors), 0)
         defer { close(descriptors[0]) }
         let log = EventLog(descriptor: descriptors[1])
-        log.request(level: .error) { line in
-            line.int("status", 502)
-            line.int("bytes_in", 0)
-            line.int("counter", -12)
-            line.string("route", "/v1/")
-        }
+        log.request(level: .error, TestFields([("status", .int(502)), ("bytes_in", .int(0)), ("counter", .int(-12)), ("route", .string("/v1/"))]))
         close(descriptors[1])
         let text = String(decoding: FileHandle(fileDescriptor: descriptors[0]).readDataToEndOfFile(), as: UTF8.self)
         let time = try XCTUnwrap(text.firstMatch(of: /^\{"time":"([0-9T:.Z-]{24})",/)?.output.1)
@@ -317,5 +299,37 @@ private extension ISO8601DateFormatter {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter
+    }
+}
+
+/// Fields for the log's tests: keys and values as listed.
+private struct TestFields: JSONFields {
+    enum Value {
+        case string(String)
+        case int(Int)
+        case number(Double)
+    }
+
+    let fields: [(StaticString, Value)]
+
+    init(_ fields: [(StaticString, Value)]) {
+        self.fields = fields
+    }
+
+    /// The fields as one line.
+    var line: [UInt8] {
+        var bytes: [UInt8] = []
+        JSONLine.append(self, to: &bytes)
+        return bytes
+    }
+
+    func write<Line: JSONLineWriter & ~Copyable & ~Escapable>(to line: inout Line) {
+        for (key, value) in fields {
+            switch value {
+            case .string(let text): line.string(key, text)
+            case .int(let number): line.int(key, number)
+            case .number(let number): line.number(key, number)
+            }
+        }
     }
 }

@@ -71,25 +71,33 @@ public final class EventLog: Sendable {
     }
 
     /// A request line (always written, whatever the level: it is the audit trail): time, level and event,
-    /// then what `fields` adds, built in one buffer.
-    /// A buffered log builds the line in its pending buffer, under its lock (formatting only: no I/O).
-    func request(level: Level, _ fields: (inout JSONLine) -> Void) {
-        func fill(_ line: inout JSONLine, _ clock: inout LogClock) {
-            line.opening(clock: &clock, level: level.rawValue, event: "request")
-            fields(&line)
-        }
+    /// then `fields`. A buffered log builds the line in its pending buffer, under its lock (formatting only:
+    /// no I/O).
+    func request(level: Level, _ fields: some JSONFields) {
         guard buffered else {
-            var (line, clock) = (JSONLine(), LogClock())
-            fill(&line, &clock)
-            return write(bytes: line.close())
+            var (line, clock) = ([UInt8](), LogClock())
+            JSONLine.append(RequestLine(time: clock.now(), level: level, fields: fields), to: &line)
+            return write(bytes: line)
         }
         let size = pending.withLock { state in
-            var line = JSONLine(continuing: &state.lines)
-            fill(&line, &state.clock)
-            line.close(into: &state.lines)
+            JSONLine.append(RequestLine(time: state.clock.now(), level: level, fields: fields), to: &state.lines)
             return state.lines.count
         }
         if size > EventLog.maxPendingBytes { flush() }
+    }
+
+    /// `"time":…,"level":…,"event":"request"`, then the request's fields.
+    private struct RequestLine<Fields: JSONFields>: JSONFields {
+        let time: LogTime
+        let level: Level
+        let fields: Fields
+
+        func write<Line: JSONLineWriter & ~Copyable & ~Escapable>(to line: inout Line) {
+            line.time("time", time)
+            line.string("level", level.rawValue)
+            line.string("event", "request")
+            fields.write(to: &line)
+        }
     }
 
     private func write(_ object: [String: Any]) {
@@ -168,18 +176,29 @@ struct LogClock {
     private var prefix: [UInt8] = []
 
     mutating func append(to text: inout [UInt8]) {
-        text.append(addingCapacity: LogClock.width) { write(to: &$0) }
+        let time = now()
+        text.append(addingCapacity: LogClock.width) { time.write(to: &$0) }
     }
 
-    mutating func write(to out: inout OutputSpan<UInt8>) {
+    mutating func now() -> LogTime {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         if now.tv_sec != second {
             second = now.tv_sec
             prefix = Array(EventLog.timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: 0).dropLast(4))
         }
+        return LogTime(prefix: prefix, milliseconds: UInt(now.tv_nsec / 1_000_000))
+    }
+}
+
+/// A time read from a `LogClock`: its second formatted, and the milliseconds.
+struct LogTime {
+    fileprivate let prefix: [UInt8]
+    fileprivate let milliseconds: UInt
+
+    func write(to out: inout OutputSpan<UInt8>) {
         prefix.withUnsafeBufferPointer { out.append(copying: $0) }
-        JSONLine.digits(UInt(now.tv_nsec / 1_000_000), width: 3, to: &out)
+        JSONLine.digits(milliseconds, width: 3, to: &out)
         out.append(UInt8(ascii: "Z"))
     }
 }

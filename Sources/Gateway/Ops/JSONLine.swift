@@ -1,126 +1,57 @@
-/// One JSON object built field by field, in the order written: the request log's encoder. Foundation's
-/// JSONSerialization (boxing, dynamic casts, sorted keys) cost a third of a pass-through request.
-/// Keys are literals that need no escaping: copied as they are. Each field is written with one append, into
-/// capacity reserved for its longest form, through an `OutputSpan` (bounds-checked), runs of bytes copied at
-/// once: an `Array.append` per piece (comma, quotes, key, colon, value) was 6 % of a relayed request.
-struct JSONLine {
-    private var bytes: [UInt8] = [UInt8(ascii: "{")]
-    /// Where this object's "{" is in `bytes` (after the lines of a buffer it continues).
-    private var start = 0
+/// A JSON object's fields, in order: what a log line holds. Written twice, so writing must change nothing:
+/// once measured, then into capacity reserved for their longest form.
+protocol JSONFields {
+    func write<Line: JSONLineWriter & ~Copyable & ~Escapable>(to line: inout Line)
+}
 
-    init() {
-        bytes.reserveCapacity(512)
-    }
-
-    /// An object appended to `buffer`'s lines, built in its storage (no buffer of its own, no copy):
-    /// `buffer` is empty until `close(into:)` gives it back with the line.
-    init(continuing buffer: inout [UInt8]) {
-        bytes = []
-        swap(&bytes, &buffer)
-        start = bytes.count
-        bytes.append(UInt8(ascii: "{"))
-    }
-
-    /// `"time":…,"level":…,"event":…`, what every line of the log starts with, in one append; the time is
-    /// now, RFC 3339 UTC with milliseconds.
-    @inline(__always) mutating func opening(clock: inout LogClock, level: String, event: String) {
-        let first = isFirst
-        let longest = 3 * JSONLine.keyRoom("level") + LogClock.width + 2 + JSONLine.quotedRoom(level) + JSONLine.quotedRoom(event)
-        bytes.append(addingCapacity: longest) { out in
-            JSONLine.key("time", first: first, to: &out)
-            out.append(UInt8(ascii: "\""))
-            clock.write(to: &out)
-            out.append(UInt8(ascii: "\""))
-            JSONLine.key("level", first: false, to: &out)
-            JSONLine.quoted(level, to: &out)
-            JSONLine.key("event", first: false, to: &out)
-            JSONLine.quoted(event, to: &out)
-        }
-    }
-
-    @inline(__always) mutating func string(_ key: StaticString, _ value: String) {
-        let first = isFirst
-        bytes.append(addingCapacity: JSONLine.keyRoom(key) + JSONLine.quotedRoom(value)) { out in
-            JSONLine.key(key, first: first, to: &out)
-            JSONLine.quoted(value, to: &out)
-        }
-    }
-
-    @inline(__always) mutating func int(_ key: StaticString, _ value: Int) {
-        let first = isFirst
-        bytes.append(addingCapacity: JSONLine.keyRoom(key) + 20) { out in
-            JSONLine.key(key, first: first, to: &out)
-            if value < 0 { out.append(UInt8(ascii: "-")) }
-            JSONLine.digits(value.magnitude, to: &out)
-        }
-    }
-
+/// Where a `JSONFields` writes: `JSONLine.Measure`, then the line's bytes (an `OutputSpan`).
+protocol JSONLineWriter: ~Copyable, ~Escapable {
+    mutating func string(_ key: StaticString, _ value: String)
+    mutating func int(_ key: StaticString, _ value: Int)
     /// Milliseconds and the like, rounded to three decimals and written as Swift prints that Double ("0.25",
-    /// "12.0"): digit by digit for the usual magnitudes (a String per number was 2 % of a relayed request).
-    mutating func number(_ key: StaticString, _ value: Double) {
-        let first = isFirst
-        let thousandths = (value * 1000).rounded()
-        guard thousandths.sign == .plus, thousandths < 1e15 else {  // -0.0 too prints its sign
-            let rounded = thousandths / 1000
-            let text = rounded.isFinite ? String(rounded) : "null"
-            return bytes.append(addingCapacity: JSONLine.keyRoom(key) + text.utf8.count) { out in
-                JSONLine.key(key, first: first, to: &out)
-                text.utf8.forEach { out.append($0) }
-            }
+    /// "12.0").
+    mutating func number(_ key: StaticString, _ value: Double)
+    /// A time, RFC 3339 UTC with milliseconds, as a string value.
+    mutating func time(_ key: StaticString, _ time: LogTime)
+}
+
+/// One JSON object per line, the request log's encoder. Foundation's JSONSerialization (boxing, dynamic
+/// casts, sorted keys) cost a third of a pass-through request. Keys are literals that need no escaping:
+/// copied as they are. The whole line is one append into capacity reserved for its longest form, written
+/// through an `OutputSpan` (bounds-checked), runs of bytes copied at once: an `Array.append` per piece
+/// (comma, quotes, key, colon, value) was 6 % of a relayed request, an append per field 3 %.
+enum JSONLine {
+    /// Appends `{fields}` and a newline to `buffer` (a buffer of lines, or an empty one for one line).
+    static func append(_ fields: some JSONFields, to buffer: inout [UInt8]) {
+        var measure = Measure()
+        fields.write(to: &measure)
+        buffer.append(addingCapacity: measure.longest + 3) { out in
+            out.append(UInt8(ascii: "{"))
+            fields.write(to: &out)
+            out.append(UInt8(ascii: "}"))
+            out.append(UInt8(ascii: "\n"))
         }
-        bytes.append(addingCapacity: JSONLine.keyRoom(key) + 20) { out in
-            JSONLine.key(key, first: first, to: &out)
-            let whole = UInt(thousandths)
-            JSONLine.digits(whole / 1000, to: &out)
-            out.append(UInt8(ascii: "."))
-            let fraction = whole % 1000  // three digits, trailing zeros dropped, one kept
-            out.append(UInt8(ascii: "0") + UInt8(fraction / 100))
-            if fraction % 100 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction / 10 % 10)) }
-            if fraction % 10 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction % 10)) }
-        }
     }
 
-    /// The object, closed, with a newline: one log line.
-    var line: [UInt8] {
-        var line = self
-        return line.close()
-    }
+    /// The most bytes fields can take.
+    struct Measure: JSONLineWriter {
+        private(set) var longest = 0
 
-    /// Closes the object and hands its bytes over (the line is not copied again).
-    mutating func close() -> [UInt8] {
-        bytes.append(UInt8(ascii: "}"))
-        bytes.append(UInt8(ascii: "\n"))
-        defer { bytes = [] }
-        return bytes
+        mutating func string(_ key: StaticString, _ value: String) { longest += keyRoom(key) + quotedRoom(value) }
+        mutating func int(_ key: StaticString, _ value: Int) { longest += keyRoom(key) + 20 }
+        /// Up to 15 digits and a point, or how Swift prints any other Double (at most 24 bytes).
+        mutating func number(_ key: StaticString, _ value: Double) { longest += keyRoom(key) + 32 }
+        mutating func time(_ key: StaticString, _ time: LogTime) { longest += keyRoom(key) + LogClock.width + 2 }
     }
-
-    /// Closes an object begun with `init(continuing:)` and gives the buffer back, the line appended.
-    mutating func close(into buffer: inout [UInt8]) {
-        bytes.append(UInt8(ascii: "}"))
-        bytes.append(UInt8(ascii: "\n"))
-        swap(&bytes, &buffer)
-    }
-
-    /// No field written yet.
-    private var isFirst: Bool { bytes.count == start + 1 }
 
     /// Room for `,"key":`.
-    @inline(__always) private static func keyRoom(_ key: StaticString) -> Int { key.utf8CodeUnitCount + 4 }
-
-    /// `"key":`, after a comma unless first.
-    @inline(__always) private static func key(_ key: StaticString, first: Bool, to out: inout OutputSpan<UInt8>) {
-        if !first { out.append(UInt8(ascii: ",")) }
-        out.append(UInt8(ascii: "\""))
-        key.withUTF8Buffer { out.append(copying: $0) }
-        out.append(UInt8(ascii: "\""))
-        out.append(UInt8(ascii: ":"))
-    }
+    @inline(__always) static func keyRoom(_ key: StaticString) -> Int { key.utf8CodeUnitCount + 4 }
 
     /// Room for `value` quoted: every byte escaped as \u00XX is the longest form (utf8.count is stored in a
     /// native string).
-    @inline(__always) private static func quotedRoom(_ value: String) -> Int { value.utf8.count * 6 + 2 }
+    @inline(__always) static func quotedRoom(_ value: String) -> Int { value.utf8.count * 6 + 2 }
 
-    @inline(__always) private static func quoted(_ value: String, to out: inout OutputSpan<UInt8>) {
+    @inline(__always) static func quoted(_ value: String, to out: inout OutputSpan<UInt8>) {
         out.append(UInt8(ascii: "\""))
         let copied: Void? = value.utf8.withContiguousStorageIfAvailable { escaping($0, to: &out) }
         if copied == nil { Array(value.utf8).withUnsafeBufferPointer { escaping($0, to: &out) } }
@@ -194,5 +125,51 @@ extension OutputSpan<UInt8> {
             _ = UnsafeMutableBufferPointer(rebasing: buffer[initialized...]).initialize(fromContentsOf: bytes)
             initialized += bytes.count
         }
+    }
+}
+
+extension OutputSpan: JSONLineWriter where Element == UInt8 {
+    @inline(__always) mutating func string(_ key: StaticString, _ value: String) {
+        self.key(key)
+        JSONLine.quoted(value, to: &self)
+    }
+
+    @inline(__always) mutating func int(_ key: StaticString, _ value: Int) {
+        self.key(key)
+        if value < 0 { append(UInt8(ascii: "-")) }
+        JSONLine.digits(value.magnitude, to: &self)
+    }
+
+    /// Digit by digit for the usual magnitudes (a String per number was 2 % of a relayed request).
+    mutating func number(_ key: StaticString, _ value: Double) {
+        self.key(key)
+        let thousandths = (value * 1000).rounded()
+        guard thousandths.sign == .plus, thousandths < 1e15 else {  // -0.0 too prints its sign
+            let rounded = thousandths / 1000
+            return (rounded.isFinite ? String(rounded) : "null").utf8.forEach { append($0) }
+        }
+        let whole = UInt(thousandths)
+        JSONLine.digits(whole / 1000, to: &self)
+        append(UInt8(ascii: "."))
+        let fraction = whole % 1000  // three digits, trailing zeros dropped, one kept
+        append(UInt8(ascii: "0") + UInt8(fraction / 100))
+        if fraction % 100 != 0 { append(UInt8(ascii: "0") + UInt8(fraction / 10 % 10)) }
+        if fraction % 10 != 0 { append(UInt8(ascii: "0") + UInt8(fraction % 10)) }
+    }
+
+    @inline(__always) mutating func time(_ key: StaticString, _ time: LogTime) {
+        self.key(key)
+        append(UInt8(ascii: "\""))
+        time.write(to: &self)
+        append(UInt8(ascii: "\""))
+    }
+
+    /// `"key":`, after a comma unless it opens the object.
+    @inline(__always) private mutating func key(_ key: StaticString) {
+        if span[count - 1] != UInt8(ascii: "{") { append(UInt8(ascii: ",")) }
+        append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { append(copying: $0) }
+        append(UInt8(ascii: "\""))
+        append(UInt8(ascii: ":"))
     }
 }

@@ -57,37 +57,7 @@ final class RequestRecord: @unchecked Sendable {
     func finish(log: EventLog, metrics: Metrics) {
         guard !finished.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let totalMs = RequestRecord.milliseconds(since: started)
-        log.request(level: status >= 500 ? .error : .info) { line in
-            line.string("request_id", requestId)
-            line.string("route", route)
-            line.string("method", method)
-            line.string("path", path)
-            line.string("decision", decision)
-            if let reason { line.string("reason", reason) }
-            if let detail { line.string("detail", String(detail.prefix(512))) }
-            line.int("status", status)
-            if let attestMethod { line.string("attest_method", attestMethod) }
-            line.string("client_ip", clientIP)
-            if let httpProtocol { line.string("protocol", httpProtocol) }
-            if let tlsVersion { line.string("tls_version", tlsVersion) }
-            if let alpn { line.string("alpn", alpn) }
-            if let forwardedFor { line.string("forwarded_for", forwardedFor) }
-            if let userAgent { line.string("user_agent", userAgent) }
-            if let traceparent { line.string("traceparent", traceparent) }
-            if let keyId { line.string("key_id", keyId) }
-            if let counter { line.int("counter", Int(counter)) }
-            if let riskMetric { line.int("risk_metric", riskMetric) }
-            if let debugToken { line.string("debug_token", debugToken) }
-            if let upstreamStatus { line.int("upstream_status", upstreamStatus) }
-            if let upstreamAddr { line.string("upstream_addr", upstreamAddr) }
-            line.int("bytes_in", bytesIn)
-            line.int("bytes_out", bytesOut)
-            if let outcome { line.string("outcome", outcome.rawValue) }
-            line.number("total_ms", totalMs)
-            if let verifyMs { line.number("verify_ms", verifyMs) }
-            if let storeMs { line.number("store_ms", storeMs) }
-            if let upstreamMs { line.number("upstream_ms", upstreamMs) }
-        }
+        log.request(level: status >= 500 ? .error : .info, LogFields(record: self, totalMs: totalMs))
         // One lock for all of this request's metrics.
         let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
                                                           code: KnownSeries.code(status), attestMethod: attestMethod))
@@ -102,6 +72,44 @@ final class RequestRecord: @unchecked Sendable {
             if let storeError { batch.apply(storeError) }
             if let verifyMs { batch.observe(RequestSeries.verify, verifyMs / 1000) }
             if let storeMs { batch.observe(RequestSeries.store, storeMs / 1000) }
+        }
+    }
+
+    /// The request's log line after time, level and event.
+    private struct LogFields: JSONFields {
+        let record: RequestRecord
+        let totalMs: Double
+
+        func write<Line: JSONLineWriter & ~Copyable & ~Escapable>(to line: inout Line) {
+            line.string("request_id", record.requestId)
+            line.string("route", record.route)
+            line.string("method", record.method)
+            line.string("path", record.path)
+            line.string("decision", record.decision)
+            if let reason = record.reason { line.string("reason", reason) }
+            if let detail = record.detail { line.string("detail", String(detail.prefix(512))) }
+            line.int("status", record.status)
+            if let attestMethod = record.attestMethod { line.string("attest_method", attestMethod) }
+            line.string("client_ip", record.clientIP)
+            if let httpProtocol = record.httpProtocol { line.string("protocol", httpProtocol) }
+            if let tlsVersion = record.tlsVersion { line.string("tls_version", tlsVersion) }
+            if let alpn = record.alpn { line.string("alpn", alpn) }
+            if let forwardedFor = record.forwardedFor { line.string("forwarded_for", forwardedFor) }
+            if let userAgent = record.userAgent { line.string("user_agent", userAgent) }
+            if let traceparent = record.traceparent { line.string("traceparent", traceparent) }
+            if let keyId = record.keyId { line.string("key_id", keyId) }
+            if let counter = record.counter { line.int("counter", Int(counter)) }
+            if let riskMetric = record.riskMetric { line.int("risk_metric", riskMetric) }
+            if let debugToken = record.debugToken { line.string("debug_token", debugToken) }
+            if let upstreamStatus = record.upstreamStatus { line.int("upstream_status", upstreamStatus) }
+            if let upstreamAddr = record.upstreamAddr { line.string("upstream_addr", upstreamAddr) }
+            line.int("bytes_in", record.bytesIn)
+            line.int("bytes_out", record.bytesOut)
+            if let outcome = record.outcome { line.string("outcome", outcome.rawValue) }
+            line.number("total_ms", totalMs)
+            if let verifyMs = record.verifyMs { line.number("verify_ms", verifyMs) }
+            if let storeMs = record.storeMs { line.number("store_ms", storeMs) }
+            if let upstreamMs = record.upstreamMs { line.number("upstream_ms", upstreamMs) }
         }
     }
 }
