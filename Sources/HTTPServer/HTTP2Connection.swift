@@ -17,6 +17,8 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     var countedPerIP = false
     let tls: TLSInfo?
     let session: HTTP2Session
+    /// Read through a copy and changed through a local (`openStreams`, `stream(_:)`, `track`): an access to the
+    /// property that spans the dictionary's own calls made the compiler check every access to it at run time.
     private var streams: [Int32: HTTP2Stream] = [:]
     /// The stream whose header block is being read: its fields arrive one callback each, with no other stream's
     /// frame between them (RFC 9113 §6.10), and skip the dictionary.
@@ -77,7 +79,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         if socket.writeFailed { return close() }
         flush()
         if socket.queuedBytes <= HTTPConnection.lowWatermark {
-            for stream in Array(streams.values) { stream.connectionWritable() }
+            for stream in openStreams { stream.connectionWritable() }
         }
     }
 
@@ -103,8 +105,9 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         // What the socket has not taken yet bounds what is serialised: a client that does not read holds no more.
         // nghttp2 hands out one frame at a time: they are gathered and written together (one TLS record and one
         // system call for a response's HEADERS and DATA, not one per frame).
-        if !socketFull {
-            let room = HTTPConnection.highWatermark - socket.queuedBytes
+        let queued = socket.queuedBytes
+        if queued < HTTPConnection.highWatermark {
+            let room = HTTPConnection.highWatermark - queued
             session.send { bytes in
                 outgoing.append(contentsOf: bytes)
                 return outgoing.count < room
@@ -132,7 +135,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         }
         idleTimer.stop()
         let stream = HTTP2Stream(id: id, connection: self)
-        streams[id] = stream
+        track(id, stream)
         opening = stream
         if !sweeping {
             sweeping = true
@@ -143,11 +146,11 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
 
     private func sweep() {
         let now = loop.nowMs
-        for stream in Array(streams.values) where stream.deadline <= now { stream.timedOut() }
+        for stream in openStreams where stream.deadline <= now { stream.timedOut() }
     }
 
     func header(_ id: Int32, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
-        guard let stream = opening?.id == id ? opening : streams[id] else { return true }
+        guard let stream = opening?.id == id ? opening : stream(id) else { return true }
         if stream.addHeader(name: name, value: value) { return true }
         // One list over the limit is answered 431 (the rest of it is decoded and dropped); a client that keeps
         // sending them is flooding.
@@ -156,25 +159,46 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     }
 
     func headersDone(_ id: Int32, endStream: Bool) {
-        let stream = opening?.id == id ? opening : streams[id]
+        let stream = opening?.id == id ? opening : stream(id)
         opening = nil
         stream?.headersDone(endStream: endStream)
     }
 
     func data(_ id: Int32, _ bytes: UnsafeRawBufferPointer) {
-        if let stream = streams[id] { stream.received(bytes) } else { session.consumedOnConnection(bytes.count) }
+        if let stream = stream(id) { stream.received(bytes) } else { session.consumedOnConnection(bytes.count) }
     }
 
-    func bodyDone(_ id: Int32) { streams[id]?.bodyDone() }
+    func bodyDone(_ id: Int32) { stream(id)?.bodyDone() }
 
     func streamClosed(_ id: Int32, errorCode: UInt32) {
         if opening?.id == id { opening = nil }
-        streams.removeValue(forKey: id)?.closed(errorCode: errorCode)
+        track(id, nil)?.closed(errorCode: errorCode)
         if streams.isEmpty, !closed {
             sweepTimer.stop()
             sweeping = false
             idleTimer.start(milliseconds: shared.limits.keepaliveTimeoutMs)
         }
+    }
+
+    private func stream(_ id: Int32) -> HTTP2Stream? {
+        let streams = streams
+        return streams[id]
+    }
+
+    /// The open streams, listed apart from the dictionary (what is done with them may open or close streams).
+    private var openStreams: [HTTP2Stream] {
+        let streams = streams
+        return Array(streams.values)
+    }
+
+    /// Enters `stream` as `id` (nil: forgets it), returning what was there.
+    @discardableResult
+    private func track(_ id: Int32, _ stream: HTTP2Stream?) -> HTTP2Stream? {
+        var open = streams
+        streams = [:]  // `open` is then the dictionary's only holder: changed in place
+        let previous = if let stream { open.updateValue(stream, forKey: id) } else { open.removeValue(forKey: id) }
+        streams = open
+        return previous
     }
 
     func controlFrame(_ kind: HTTP2Session.ControlFrame) {
@@ -187,7 +211,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     }
 
     func responseData(_ id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> HTTP2Session.DataChunk {
-        streams[id]?.fill(buffer) ?? .bytes(0, last: true)
+        stream(id)?.fill(buffer) ?? .bytes(0, last: true)
     }
 
     /// A stream that stopped taking its response within `send_timeout_ms` (a zero window held shut).
@@ -205,7 +229,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         closing = true
         shared.handler.http2Protection(reason: reason)
         session.goAway(code)
-        for stream in Array(streams.values) { stream.connectionClosed() }
+        for stream in openStreams { stream.connectionClosed() }
         (streams, opening) = ([:], nil)
         flush()
         // What the client still sends is read and dropped for a moment: closing with unread input would reset the
@@ -239,7 +263,7 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
         closed = true
         idleTimer.close()
         sweepTimer.close()
-        for stream in Array(streams.values) { stream.connectionClosed() }
+        for stream in openStreams { stream.connectionClosed() }
         (streams, opening) = ([:], nil)
         socket.close()
         shared.connectionClosed(self)

@@ -51,6 +51,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
     private var responseStarted = false
     private var responseEnded = false
     private var headOnly = false
+    /// The response body not yet framed. Grown through a local (`var b = outgoing; outgoing = []; …; outgoing = b`):
+    /// an access to a class's array that spans the array's own calls (growth, copy) makes the compiler check every
+    /// access to it at run time; `inbound`, `fields` and `writableWaiters` are changed the same way.
     private var outgoing: [UInt8] = []
     private var sentOffset = 0
     private(set) var clientGone = false
@@ -97,13 +100,18 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         if Self.named(name, "host") {
             hostFields += 1
             host = text
-        } else if Self.named(name, "cookie"), let index = fields.firstIndex(where: { $0.name == "cookie" }) {
+            return true
+        }
+        // The list is changed through a local (see `outgoing`).
+        var fields = self.fields
+        self.fields = []
+        if Self.named(name, "cookie"), let index = fields.firstIndex(where: { $0.name == "cookie" }) {
             fields[index].value += "; " + text  // RFC 9113 §8.2.3, for HTTP/1.1 upstreams
         } else {
-            let field = HTTPField(String(decoding: name, as: UTF8.self), text)
             if contentLength == nil, Self.named(name, "content-length") { contentLength = text }
-            fields.append(field)
+            fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
         }
+        self.fields = fields
         return true
     }
 
@@ -169,6 +177,8 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         guard hostFields <= 1, self.host == nil || self.host == host else {
             return reject(400, "duplicate_host", "Host disagrees with :authority", method: method, target: target)
         }
+        var fields = self.fields
+        self.fields = []
         fields[0].value = host
         let framing: RequestFraming
         if endStream {
@@ -218,7 +228,11 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
             if !sink(bytes) { paused = true }
             consume(bytes.count)
         } else {
-            inbound.append(contentsOf: bytes)  // at most the stream's window: the client may send no more
+            // At most the stream's window: the client may send no more. Through a local (see `outgoing`).
+            var inbound = self.inbound
+            self.inbound = []
+            inbound.append(contentsOf: bytes)
+            self.inbound = inbound
         }
         if bodyEnd != nil { arm(shared.limits.bodyTimeoutMs) }
     }
@@ -303,7 +317,10 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
 
     func whenWritable(_ wake: @escaping () -> Void) {
         if canWrite || clientGone { return wake() }
-        writableWaiters.append(wake)
+        var waiters = writableWaiters  // through a local (see `outgoing`)
+        writableWaiters = []
+        waiters.append(wake)
+        writableWaiters = waiters
     }
 
     private func wakeWriters() {
@@ -352,8 +369,11 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
 
     func writeBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let exchange, responseStarted, !responseEnded, !clientGone, !headOnly, bytes.count > 0 else { return writable() }
+        var outgoing = self.outgoing
+        self.outgoing = []
         if sentOffset > 0, sentOffset == outgoing.count { (outgoing, sentOffset) = ([], 0) }
         outgoing.append(contentsOf: bytes)
+        self.outgoing = outgoing
         exchange.bytesSent += bytes.count
         connection?.resumeData(id)
         waiting = .send

@@ -14,7 +14,9 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     private var handshakeDone: ((TLSFailure?) -> Void)?
     /// Holds the stream until the handshake ends (the socket's link to its delegate is weak).
     private weak var handshakeTimer: LoopTimer?
-    public private(set) var isEstablished = false
+    public var isEstablished: Bool { established }
+    /// Private stored state the compiler can check statically (a public stored property is checked at run time).
+    private var established = false
     private var reading = false
     private var closed = false
     /// The TLS layer failed (a bad record, an alert): nothing more goes through.
@@ -24,7 +26,8 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     /// How reading ended (nil: not yet; .some(nil): cleanly), told to the delegate once it reads.
     private var end: LoopError??
     private var endReported = false
-    /// Plaintext written before the handshake completed, or not yet taken by OpenSSL.
+    /// Plaintext written before the handshake completed, or not yet taken by OpenSSL. Grown through a local
+    /// (`hold`): an access that spans the array's own calls made every access to it checked at run time.
     private var unsent: [UInt8] = []
 
     public init(over connection: TCPConnection, session: TLSSession, loop: EventLoop, peer: String) {
@@ -54,7 +57,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     public func startReading() {
         guard !reading, !closed else { return }
         reading = true
-        guard isEstablished else { return }  // the handshake reads the socket meanwhile
+        guard established else { return }  // the handshake reads the socket meanwhile
         connection.startReading()
         // What OpenSSL already holds is delivered from the loop, not within this call (as TCPConnection does).
         loop.executeOnLoop { [weak self] in self?.pumpPlaintext() }
@@ -64,17 +67,14 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     public func stopReading() {
         guard reading, !closed else { return }
         reading = false
-        if isEstablished { connection.stopReading() }
+        if established { connection.stopReading() }
     }
 
     public func write(_ bytes: [UInt8]) { bytes.withUnsafeBytes { write($0) } }
 
     public func write(_ bytes: UnsafeRawBufferPointer) {
         guard !closed, !writeFailed, !bytes.isEmpty else { return }
-        guard isEstablished, unsent.isEmpty else {
-            unsent.append(contentsOf: bytes)
-            return
-        }
+        guard established, unsent.isEmpty else { return hold(bytes) }
         encrypt(bytes)
     }
 
@@ -85,7 +85,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
         delegate = nil
         handshakeDone = nil
         handshakeTimer?.close()
-        if isEstablished, !broken {
+        if established, !broken {
             session.shutdown()
             sendCiphertext()
         }
@@ -98,11 +98,11 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
         guard !closed, !broken else { return }
         guard session.feed(bytes) else {
             let failure = TLSFailure("out of memory", reasonCode: TLSFailure.otherReason)
-            return isEstablished ? breakSession(failure.message) : failHandshake(failure)
+            return established ? breakSession(failure.message) : failHandshake(failure)
         }
-        if !isEstablished {
+        if !established {
             advanceHandshake()
-            guard isEstablished, !closed else { return }
+            guard established, !closed else { return }
         }
         if !unsent.isEmpty { retryUnsent() }
         pumpPlaintext()
@@ -110,7 +110,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
 
     public func readEnded(error: LoopError?) {
         guard !closed else { return }
-        guard isEstablished else {
+        guard established else {
             return failHandshake(TLSFailure(error.map { "\($0)" } ?? "the peer closed the connection", reasonCode: "closed"))
         }
         // Even without a close_notify: the protocols above (RESP, HTTP framing) see a cut message themselves.
@@ -120,7 +120,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
 
     public func drained() {
         guard !closed else { return }
-        guard isEstablished else {
+        guard established else {
             if connection.writeFailed { failHandshake(TLSFailure("the socket write failed", reasonCode: "closed")) }
             return
         }
@@ -135,7 +135,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
         sendCiphertext()
         switch outcome {
         case .ok:
-            isEstablished = true
+            established = true
             let done = handshakeDone
             handshakeDone = nil
             handshakeTimer?.close()
@@ -152,7 +152,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     }
 
     private func handshakeTimedOut(after milliseconds: Int) {
-        guard !isEstablished, !closed else { return }
+        guard !established, !closed else { return }
         failHandshake(TLSFailure("did not complete within \(milliseconds) ms", reasonCode: "timeout"))
     }
 
@@ -170,7 +170,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
     /// Decrypts everything buffered for the delegate (TLS 1.3 session tickets are consumed here without output), then
     /// tells how reading ended, if it did. Nothing while reading is paused: what arrives meanwhile waits in OpenSSL.
     private func pumpPlaintext() {
-        reading: while isEstablished, reading, !closed, end == nil {
+        reading: while established, reading, !closed, end == nil {
             switch session.read() {
             case .ok(let count):
                 delegate?.received(session.plaintext(count))
@@ -196,7 +196,7 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
                 offset += count
                 sendCiphertext()
             case .wantsInput:
-                unsent.append(contentsOf: bytes[offset...])
+                hold(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 break writing
             case .closedByPeer:
                 breakSession("the peer closed the TLS session")
@@ -207,6 +207,13 @@ public final class TLSStream: ByteStream, TCPConnectionDelegate {
             }
         }
         sendCiphertext()
+    }
+
+    private func hold(_ bytes: UnsafeRawBufferPointer) {
+        var pending = unsent
+        unsent = []
+        pending.append(contentsOf: bytes)
+        unsent = pending
     }
 
     private func retryUnsent() {

@@ -77,6 +77,9 @@ final class ListenerHTTP2Tests: XCTestCase {
             as? String, "duplicate_host")
         let line = environment.gateway.waitForEvent { $0["path"] as? String == "/secure/feed" && $0["status"] as? Int == 200 }
         XCTAssertEqual(line?["protocol"] as? String, "HTTP/2")
+        // The request id (sent without HPACK indexing) reaches the client as the log line has it.
+        let requestId = try XCTUnwrap(line?["request_id"] as? String)
+        XCTAssertEqual(signed.headers.first { $0.hasName("X-Request-Id") }?.value, requestId)
         XCTAssertEqual(line?["alpn"] as? String, "h2")
         XCTAssertEqual(line?["decision"] as? String, "verified")
         let denied = environment.gateway.waitForEvent { $0["path"] as? String == "/closed/x" }
