@@ -34,7 +34,12 @@ public enum Base64 {
         }
         if padding > 0, input.count % 4 != 0 { return nil }
         if length % 4 == 1 { return nil }
-        let table = decodeTable
+        // The table's bounds are known (256 entries, indexed by a byte): read without a check per character.
+        return decodeTable.withUnsafeBufferPointer { table in decode(input, length: length, table: table) }
+    }
+
+    private static func decode<Input: RandomAccessCollection>(_ input: Input, length: Int, table: UnsafeBufferPointer<UInt8>) -> [UInt8]?
+    where Input.Element == UInt8, Input.Index == Int {
         let whole = length / 4
         let tail = length % 4
         let count = whole * 3 + (tail == 0 ? 0 : tail - 1)

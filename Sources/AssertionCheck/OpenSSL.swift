@@ -112,51 +112,67 @@ public final class P256PublicKey: @unchecked Sendable {
     /// here (`ECDSASignature.integerRanges`) rather than by ECDSA_verify, whose ASN.1 decode and re-encode
     /// (to refuse every other spelling) cost ~8,000 instructions; the same spellings are refused.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        guard let (r, s) = ECDSASignature.integerRanges(fromDER: signature), let parsed = ECDSA_SIG_new() else { return false }
-        defer { ECDSA_SIG_free(parsed) }
+        guard let (r, s) = ECDSASignature.integerRanges(fromDER: signature),
+              let scratch = P256PublicKey.spareScratch.borrow() else { return false }
+        defer { P256PublicKey.spareScratch.giveBack(scratch) }
+        // R and S into the scratch signature's own BIGNUMs (BN_bin2bn reuses their storage).
         let numbers = signature.withUnsafeBufferPointer { buffer in
-            (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), nil), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), nil))
+            (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), scratch.r), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), scratch.s))
         }
-        guard let rNumber = numbers.0, let sNumber = numbers.1, ECDSA_SIG_set0(parsed, rNumber, sNumber) == 1 else {
-            BN_free(numbers.0)
-            BN_free(numbers.1)
+        guard numbers.0 != nil, numbers.1 != nil, EC_KEY_set_public_key(scratch.key, curvePoint) == 1 else {
+            ERR_clear_error()
             return false
         }
         let digest = SHA256.hash(message)
-        guard let key = P256PublicKey.spareKeys.borrow() else { return false }
-        defer { P256PublicKey.spareKeys.giveBack(key) }
-        guard EC_KEY_set_public_key(key, curvePoint) == 1 else { return false }
-        let result = ECDSA_do_verify(digest, Int32(digest.count), parsed, key)
+        let result = ECDSA_do_verify(digest, Int32(digest.count), scratch.signature, scratch.key)
         if result != 1 { ERR_clear_error() }
         return result == 1
     }
 
-    /// EC_KEYs with the group already set, lent to one verification at a time: making one per call copied
-    /// the group and freed it again (about 15,000 instructions of every assertion).
-    static let spareKeys = SpareKeys()
+    /// What one verification needs besides the key's point, lent to one verification at a time: an EC_KEY
+    /// with the group already set (making one per call copied the group and freed it again, about 15,000
+    /// instructions) and an ECDSA_SIG whose two BIGNUMs take R and S (~1,500 in allocations per call).
+    static let spareScratch = SpareScratch()
 
-    final class SpareKeys: @unchecked Sendable {
+    final class SpareScratch: @unchecked Sendable {
+        struct Scratch {
+            let key: OpaquePointer
+            let signature: OpaquePointer
+            /// The signature's own R and S (owned by it).
+            let r: OpaquePointer
+            let s: OpaquePointer
+        }
+
         private let lock = NSLock()  // a pthread mutex: no spinning when the loops meet here
-        private var keys: [OpaquePointer] = []
+        private var kept: [Scratch] = []
 
-        func borrow() -> OpaquePointer? {
-            if let key = lock.withLock({ keys.popLast() }) { return key }
+        func borrow() -> Scratch? {
+            if let scratch = lock.withLock({ kept.popLast() }) { return scratch }
             guard let key = EC_KEY_new() else { return nil }
-            guard EC_KEY_set_group(key, P256PublicKey.group.pointer) == 1 else {
+            guard EC_KEY_set_group(key, P256PublicKey.group.pointer) == 1, let signature = ECDSA_SIG_new() else {
                 EC_KEY_free(key)
                 return nil
             }
-            return key
+            guard let r = BN_new(), let s = BN_new() else {
+                EC_KEY_free(key)
+                ECDSA_SIG_free(signature)
+                return nil
+            }
+            _ = ECDSA_SIG_set0(signature, r, s)
+            return Scratch(key: key, signature: signature, r: r, s: s)
         }
 
         /// Kept for the next verification (a few: one per thread that verifies at once).
-        func giveBack(_ key: OpaquePointer) {
-            let kept = lock.withLock { () -> Bool in
-                guard keys.count < 16 else { return false }
-                keys.append(key)
+        func giveBack(_ scratch: Scratch) {
+            let isKept = lock.withLock { () -> Bool in
+                guard kept.count < 16 else { return false }
+                kept.append(scratch)
                 return true
             }
-            if !kept { EC_KEY_free(key) }
+            if !isKept {
+                EC_KEY_free(scratch.key)
+                ECDSA_SIG_free(scratch.signature)
+            }
         }
     }
 

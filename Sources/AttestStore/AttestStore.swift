@@ -152,18 +152,22 @@ public final class AttestStore: Sendable {
         guard case .array(let items) = reply, case .string(let status)? = items.first else {
             throw reply.storeError(context: "script commit_assertion")
         }
-        let code = String(decoding: status, as: UTF8.self)
-        if code == "rate_limited", items.count == 2, case .string(let left) = items[1],
-           let milliseconds = Int(String(decoding: left, as: UTF8.self)) {
+        // Compared and read as bytes: a String per field cost more than the rest of the reply.
+        if status == rateLimitedStatus, items.count == 2, case .string(let left) = items[1],
+           let milliseconds = RESP.decimal(left[...]).flatMap({ Int(exactly: $0) }) {
             return .rateLimited(retryAfterMs: max(milliseconds, 0))
         }
-        if code == "accepted", items.count == 3, case .string(let previous) = items[1], case .string(let risk) = items[2],
-           let counter = UInt32(String(decoding: previous, as: UTF8.self)) {
-            return .accepted(previousCounter: counter, riskMetric: Int(String(decoding: risk, as: UTF8.self)))
+        if status == acceptedStatus, items.count == 3, case .string(let previous) = items[1], case .string(let risk) = items[2],
+           let counter = RESP.decimal(previous[...]).flatMap({ UInt32(exactly: $0) }) {
+            return .accepted(previousCounter: counter, riskMetric: RESP.decimal(risk[...]).flatMap { Int(exactly: $0) })
         }
+        let code = String(decoding: status, as: UTF8.self)
         guard let rejection = CommitRejection(rawValue: code) else {
             throw .unexpectedReply("script commit_assertion answered status \(code)")
         }
         return .rejected(rejection)
     }
+
+    private static let acceptedStatus = Array("accepted".utf8)
+    private static let rateLimitedStatus = Array("rate_limited".utf8)
 }

@@ -22,7 +22,9 @@ final class LuaScript: Sendable {
     func run(keys: [[UInt8]], arguments: [[UInt8]],
              command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> RedisReply {
         // EVALSHA sha numkeys key… arg…, in one array sized once.
-        var words = [Self.evalsha, try await knownDigest(command)]
+        let digest: [UInt8]
+        if let known = sha.withLock({ $0 }) { digest = known } else { digest = try await load(command) }
+        var words = [Self.evalsha, digest]
         words.reserveCapacity(3 + keys.count + arguments.count)
         words.append(Array(String(keys.count).utf8))
         words += keys
@@ -36,8 +38,8 @@ final class LuaScript: Sendable {
         return try checked(reply)
     }
 
-    private func knownDigest(_ command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> [UInt8] {
-        if let known = sha.withLock({ $0 }) { return known }
+    /// SCRIPT LOAD, on first use (the known SHA1 is read without an async call of its own).
+    private func load(_ command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> [UInt8] {
         let loaded = try await command([Array("SCRIPT".utf8), Array("LOAD".utf8), source])
         guard case .string(let digest) = loaded else { throw loaded.storeError(context: "SCRIPT LOAD of \(name)") }
         sha.withLock { $0 = digest }

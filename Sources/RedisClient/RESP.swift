@@ -69,10 +69,10 @@ public enum RESP {
         case UInt8(ascii: "+"): return (.status(String(decoding: text, as: UTF8.self)), next)
         case UInt8(ascii: "-"): return (.error(String(decoding: text, as: UTF8.self)), next)
         case UInt8(ascii: ":"):
-            guard let value = Int64(String(decoding: text, as: UTF8.self)) else { throw ProtocolError(message: "bad integer") }
+            guard let value = decimal(text) else { throw ProtocolError(message: "bad integer") }
             return (.integer(value), next)
         case UInt8(ascii: "$"):
-            guard let length = Int(String(decoding: text, as: UTF8.self)), length >= -1, length <= maxBulkBytes else {
+            guard let length = decimal(text).map(Int.init), length >= -1, length <= maxBulkBytes else {
                 throw ProtocolError(message: "bad bulk length")
             }
             if length == -1 { return (.null, next) }
@@ -80,7 +80,7 @@ public enum RESP {
             guard bytes[next + length] == 0x0D, bytes[next + length + 1] == 0x0A else { throw ProtocolError(message: "bulk not followed by CRLF") }
             return (.string(Array(bytes[next..<(next + length)])), next + length + 2)
         case UInt8(ascii: "*"):
-            guard let count = Int(String(decoding: text, as: UTF8.self)), count >= -1, count <= maxElements else {
+            guard let count = decimal(text).map(Int.init), count >= -1, count <= maxElements else {
                 throw ProtocolError(message: "bad array length")
             }
             if count == -1 { return (.null, next) }
@@ -96,6 +96,25 @@ public enum RESP {
         default:
             throw ProtocolError(message: "unknown reply type byte \(bytes[start])")
         }
+    }
+
+    /// An optionally signed decimal, read as Int64(String) reads one but without making the String (a String
+    /// and a parse per length line were most of a short reply's cost).
+    public static func decimal(_ text: ArraySlice<UInt8>) -> Int64? {
+        var digits = text
+        let negative = digits.first == UInt8(ascii: "-")
+        if negative || digits.first == UInt8(ascii: "+") { digits = digits.dropFirst() }
+        guard !digits.isEmpty else { return nil }
+        var value: Int64 = 0
+        for byte in digits {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            let (shifted, overflow) = value.multipliedReportingOverflow(by: 10)
+            let digit = Int64(byte - UInt8(ascii: "0"))
+            let (next, carry) = negative ? shifted.subtractingReportingOverflow(digit) : shifted.addingReportingOverflow(digit)
+            guard !overflow, !carry else { return nil }
+            value = next
+        }
+        return value
     }
 
     /// The index of the CR of the first CRLF from `from`, and the index after the LF.

@@ -34,7 +34,9 @@ public final class Redis: @unchecked Sendable {
     /// One command's reply. `key`: a key it touches (every key of one command shares a Cluster slot), nil
     /// for keyless commands. Error replies are returned, not thrown; thrown is only "no reply".
     public func command(_ arguments: [[UInt8]], key: [UInt8]? = nil) async throws(RedisClientError) -> RedisReply {
-        try await onLoop { (router) async throws(RedisClientError) in try await router.command(arguments, key: key) }
+        // On a loop (every request's command): straight to its router, without onLoop's closure.
+        if let loop = EventLoop.current { return try await router(on: loop).command(arguments, key: key) }
+        return try await onLoop { (router) async throws(RedisClientError) in try await router.command(arguments, key: key) }
     }
 
     /// The longest one command may take: discovery, redirects and a login can each take `timeoutMs`.

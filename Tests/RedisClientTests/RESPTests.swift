@@ -41,4 +41,12 @@ final class RESPTests: XCTestCase {
         let deep = Array((String(repeating: "*1\r\n", count: 40) + ":1\r\n").utf8)
         XCTAssertThrowsError(try RESP.parse(deep, from: 0), "nesting is bounded")
     }
+
+    /// Lengths and integers are read from the bytes, as Int64(String) reads them: signs, overflow and
+    /// anything that is not a digit alike.
+    func testDecimalsReadAsInt64ReadsThem() {
+        let cases = ["0", "7", "-42", "+5", "-0", "007", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+                     "-9223372036854775809", "", "-", "+", "1 ", " 1", "1.0", "0x10", "١", "--1", "+-1", "99999999999999999999"]
+        for text in cases { XCTAssertEqual(RESP.decimal(Array(text.utf8)[...]), Int64(text), "\(text)") }
+    }
 }
