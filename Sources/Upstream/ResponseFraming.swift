@@ -16,7 +16,7 @@ struct ResponseHead {
         while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
         while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
         let value = UnsafeBufferPointer(rebasing: value[start..<end])
-        let text = String(decoding: value, as: UTF8.self)
+        let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
         // By length first: most names are none of these.
         switch name.count {
         case 14 where Self.is(name, "content-length"):
@@ -30,7 +30,25 @@ struct ResponseHead {
         default:
             break
         }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
+        fields.append(HTTPField(Self.literal(name) ?? String(decoding: name, as: UTF8.self), text))
+    }
+
+    /// The names (and two values) most responses carry, as literals when the bytes are the same: no UTF-8
+    /// check, and a literal's storage is static (no allocation for a long one, no reference counting).
+    private static func literal(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        let literal: String
+        switch bytes.count {
+        case 4: literal = "Date"
+        case 6: literal = "Server"
+        case 10: literal = bytes.first == UInt8(ascii: "C") ? "Connection" : "keep-alive"
+        case 12: literal = "Content-Type"
+        case 14: literal = "Content-Length"
+        case 16: literal = "application/json"
+        default: return nil
+        }
+        // By index: `elementsEqual`'s iterators cost more than making the String.
+        let same = literal.utf8.withContiguousStorageIfAvailable { own in own.indices.allSatisfy { own[$0] == bytes[$0] } }
+        return same == true ? literal : nil
     }
 
     /// Whether `name` is `lowercased`, ASCII case-insensitively (the caller compared the lengths).
