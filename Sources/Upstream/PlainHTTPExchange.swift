@@ -51,6 +51,8 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private var onBody: ((UnsafeRawBufferPointer) -> Bool)?
     private var onEnd: ((UpstreamError?) -> Void)?
     /// Body bytes nobody takes yet (before `relay`, or while the receiver is full); bounded by stopping reads.
+    /// Changed on a local copy taken out and put back: an access held across the array's own code or the
+    /// receiver would make every access to it an exclusivity-checked one.
     private var pending: [UInt8] = []
     private var receiverFull = false
     private var readingStopped = false
@@ -279,7 +281,10 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             // Taken whole even when the receiver then reports full: only later bytes wait.
             receiverFull = !onBody(bytes)
         } else {
-            pending.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            var waiting = pending
+            pending = []
+            waiting.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            pending = waiting
         }
     }
 
@@ -325,9 +330,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     }
 
     private func opened(_ result: Result<Void, UpstreamError>) {
-        guard let opener else { return }
-        self.opener = nil
-        opener.resume(returning: Unchecked(result))
+        opener.take()?.resume(returning: Unchecked(result))
     }
 
     /// Tells the receiver the end once it has every byte before it.
@@ -391,8 +394,11 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private func deliverPending() {
         guard !ended, let onBody else { return }
         if !pending.isEmpty, !receiverFull {
-            receiverFull = !pending.withUnsafeBytes { onBody($0) }
-            pending.removeAll(keepingCapacity: pending.capacity <= 2 * Self.pendingLimit)
+            var waiting = pending
+            pending = []
+            receiverFull = !waiting.withUnsafeBytes { onBody($0) }
+            waiting.removeAll(keepingCapacity: waiting.capacity <= 2 * Self.pendingLimit)
+            pending = waiting
         }
         if receiverFull { return connection?.watchdog.stop() ?? () }
         if outcome != nil { return finishIfDone() }

@@ -121,7 +121,6 @@ final class PlainHTTPPool {
         list.connections = connections
         idleCount += 1
         connection.pool = self
-        connection.exchange = nil
         connection.tcp.startReading()
         if !sweeping {
             sweeping = true
