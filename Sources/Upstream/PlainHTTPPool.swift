@@ -6,7 +6,7 @@ import EventLoop
 /// serves (a weak reference set per exchange would cost an allocation per request). While idle in the pool
 /// it keeps reading (no epoll_ctl between exchanges): anything it hears then (the upstream closing it, or
 /// bytes out of turn) closes it.
-final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
+final class PlainHTTPConnection: TCPConnectionDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
     /// Times the exchange it serves, from the request to the end of the response (one timer for the
@@ -30,7 +30,7 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
         let ip = tcp.peerAddress
         remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
         tcp.delegate = self
-        parser.delegate = self
+        parser.serve(self)
         watchdog.expired = { [unowned self] in exchange?.timedOut() }
     }
 
@@ -51,8 +51,12 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
     func drained() { exchange?.drained() }
 
+    // What the parser reports.
+    /// A head is complete (an interim 1xx one too; its fields are dropped unless taken now). True: no body
+    /// follows whatever the head says (HEAD).
     func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
     func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
+    /// A message ended. True: stop here (the final response), false: read on (after an interim 1xx).
     func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
 
