@@ -45,11 +45,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private var trailingBytes = false
     private(set) var remoteAddress: String?
 
-    // Until `open` returns, then while the body is relayed.
-    private var onHead: ((Result<Void, UpstreamError>) -> Void)?
+    /// `open`, waiting for the final response head (held as it is: a closure around it was an allocation).
+    private var opener: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>?
+    // While the body is relayed.
     private var onBody: ((UnsafeRawBufferPointer) -> Bool)?
     private var onEnd: ((UpstreamError?) -> Void)?
     /// Body bytes nobody takes yet (before `relay`, or while the receiver is full); bounded by stopping reads.
+    /// Changed on a local copy taken out and put back: an access held across the array's own code or the
+    /// receiver would make every access to it an exclusivity-checked one.
     private var pending: [UInt8] = []
     private var receiverFull = false
     private var readingStopped = false
@@ -90,16 +93,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
                      upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int) async throws(UpstreamError) -> UpstreamStream {
         let exchange = PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
                                          maxIdle: maxIdle, keepAliveMs: keepAliveMs)
-        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) in
-            exchange.start { continuation.resume(returning: Unchecked($0)) }
-        }
+        let opened = await withCheckedContinuation { exchange.start($0) }
         try opened.value.get()
         return UpstreamStream(status: exchange.status, headers: exchange.head.fields, timing: exchange.timing,
                               remoteAddress: exchange.remoteAddress, backend: exchange)
     }
 
-    private func start(_ headDone: @escaping (Result<Void, UpstreamError>) -> Void) {
-        onHead = headDone
+    private func start(_ opener: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) {
+        self.opener = opener
         if let idle = pool.take(endpoint.poolKey) {
             reused = true
             attach(idle)
@@ -147,10 +148,11 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         guard let tcp = connection?.tcp else { return }
         phase = .awaitingHead
         arm(timeouts.firstByteMs, .firstByte)
-        pool.trimScratch()
-        request.appendHead(to: &pool.scratch, endpoint: endpoint, framing: framing)
-        if upload == nil, framing != .none { pool.scratch += request.body }
-        pool.scratch.withUnsafeBytes { tcp.write($0) }
+        var head = pool.borrowScratch()
+        request.appendHead(to: &head, endpoint: endpoint, framing: framing)
+        if upload == nil, framing != .none { head += request.body }
+        head.withUnsafeBytes { tcp.write($0) }
+        pool.giveBack(scratch: head)
         if let upload {
             upload.consumer = self
             pumpUpload()
@@ -169,12 +171,13 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         guard tcp.queuedBytes < Self.pendingLimit else { return }
         let finished = upload.takeAll { bytes in
             guard framing == .chunked else { return tcp.write(bytes) }
-            pool.trimScratch()
-            pool.scratch += String(bytes.count, radix: 16).utf8
-            pool.scratch += "\r\n".utf8
-            pool.scratch.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
-            pool.scratch += "\r\n".utf8
-            pool.scratch.withUnsafeBytes { tcp.write($0) }
+            var chunk = pool.borrowScratch()
+            chunk += String(bytes.count, radix: 16).utf8
+            chunk += "\r\n".utf8
+            chunk.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            chunk += "\r\n".utf8
+            chunk.withUnsafeBytes { tcp.write($0) }
+            pool.giveBack(scratch: chunk)
         }
         guard finished else { return }
         uploadSent = true
@@ -205,8 +208,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         if headComplete && phase == .awaitingHead {
             phase = .body
             arm(timeouts.idleMs, .idle)
-            onHead?(.success(()))
-            onHead = nil
+            opened(.success(()))
         }
         if messageComplete { return complete() }
         if phase == .body {
@@ -279,7 +281,10 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             // Taken whole even when the receiver then reports full: only later bytes wait.
             receiverFull = !onBody(bytes)
         } else {
-            pending.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            var waiting = pending
+            pending = []
+            waiting.append(contentsOf: bytes.assumingMemoryBound(to: UInt8.self))
+            pending = waiting
         }
     }
 
@@ -317,13 +322,15 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         detach()?.close()
         upload?.consumer = nil
         outcome = .some(error)
-        if let onHead {
-            self.onHead = nil
+        if opener != nil {
             ended = true
-            onHead(.failure(error))
-            return
+            return opened(.failure(error))
         }
         finishIfDone()
+    }
+
+    private func opened(_ result: Result<Void, UpstreamError>) {
+        opener.take()?.resume(returning: Unchecked(result))
     }
 
     /// Tells the receiver the end once it has every byte before it.
@@ -387,8 +394,11 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private func deliverPending() {
         guard !ended, let onBody else { return }
         if !pending.isEmpty, !receiverFull {
-            receiverFull = !pending.withUnsafeBytes { onBody($0) }
-            pending.removeAll(keepingCapacity: pending.capacity <= 2 * Self.pendingLimit)
+            var waiting = pending
+            pending = []
+            receiverFull = !waiting.withUnsafeBytes { onBody($0) }
+            waiting.removeAll(keepingCapacity: waiting.capacity <= 2 * Self.pendingLimit)
+            pending = waiting
         }
         if receiverFull { return connection?.watchdog.stop() ?? () }
         if outcome != nil { return finishIfDone() }
@@ -406,7 +416,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         ended = true
         onEnd = nil
         onBody = nil
-        onHead = nil
+        opener = nil
         connection?.watchdog.stop()
         dropConnectWatchdog()
         upload?.consumer = nil

@@ -6,7 +6,7 @@ import EventLoop
 /// serves (a weak reference set per exchange would cost an allocation per request). While idle in the pool
 /// it keeps reading (no epoll_ctl between exchanges): anything it hears then (the upstream closing it, or
 /// bytes out of turn) closes it.
-final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
+final class PlainHTTPConnection: TCPConnectionDelegate {
     let tcp: TCPConnection
     let parser = ResponseParser()
     /// Times the exchange it serves, from the request to the end of the response (one timer for the
@@ -30,7 +30,7 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
         let ip = tcp.peerAddress
         remoteAddress = ip.utf8.contains(UInt8(ascii: ":")) ? "[" + ip + "]:" + String(port) : ip + ":" + String(port)
         tcp.delegate = self
-        parser.delegate = self
+        parser.serve(self)
         watchdog.expired = { [unowned self] in exchange?.timedOut() }
     }
 
@@ -51,8 +51,12 @@ final class PlainHTTPConnection: TCPConnectionDelegate, ResponseParserDelegate {
 
     func drained() { exchange?.drained() }
 
+    // What the parser reports.
+    /// A head is complete (an interim 1xx one too; its fields are dropped unless taken now). True: no body
+    /// follows whatever the head says (HEAD).
     func parsedHeadersComplete(status: Int) -> Bool { exchange?.parsedHeadersComplete(status: status) ?? true }
     func parsedBody(_ bytes: UnsafeRawBufferPointer) { exchange?.parsedBody(bytes) }
+    /// A message ended. True: stop here (the final response), false: read on (after an interim 1xx).
     func parsedMessageComplete(status: Int) -> Bool { exchange?.parsedMessageComplete(status: status) ?? true }
 }
 
@@ -64,13 +68,16 @@ final class PlainHTTPPool {
     let loop: EventLoop
     private let capacity: Int
     /// Per upstream host and port: a short list searched in order (small-string compares cost less than
-    /// hashing the key twice a request).
-    private var idle: [(key: String, connections: [PlainHTTPConnection])] = []
+    /// hashing the key twice a request). Arrays held here are changed on a local copy taken out and put back
+    /// (`var list = x; x = []; …; x = list`): changed in place, the access would span the array's own code
+    /// (which may free a buffer) and every access to them would be an exclusivity-checked one.
+    private var idle: [IdleList] = []
     private(set) var idleCount = 0
     private var spareWatchdogs: [Watchdog] = []
     /// The request head (and a small in-memory body, or a chunk's framing) is assembled here, then written
-    /// with one call; TCPConnection copies what it cannot write at once.
-    var scratch: [UInt8] = []
+    /// with one call; TCPConnection copies what it cannot write at once. Lent out and given back: held by
+    /// the pool across the write, every access to it would be an exclusivity-checked one.
+    private var scratch: [UInt8] = []
     /// Closes connections idle past their time every second while any are idle (an upstream that never
     /// closes idle connections would otherwise hold them until the next request to it).
     private lazy var sweeper = LoopTimer(loop) { [weak self] in self?.sweep() }
@@ -79,17 +86,19 @@ final class PlainHTTPPool {
     init(loop: EventLoop, capacity: Int) {
         self.loop = loop
         self.capacity = capacity
-        scratch.reserveCapacity(4096)
     }
 
     /// The most recently used idle connection still within its keep-alive time; older ones met on the way
     /// are closed (the upstream may be closing them right now), and so is one with bytes waiting or closed by
     /// the upstream: an unsolicited response would otherwise be read as the next request's.
     func take(_ key: String) -> PlainHTTPConnection? {
-        guard let slot = idle.firstIndex(where: { $0.key == key }) else { return nil }
-        while let connection = idle[slot].connections.popLast() {
+        guard let list = idle.first(where: { $0.key == key }) else { return nil }
+        var connections = list.connections
+        list.connections = []
+        defer { list.connections = connections }
+        while let connection = connections.popLast() {
             idleCount -= 1
-            connection.pool = nil
+            connection.pool = nil  // closing it then cannot call back into the pool
             if !connection.isExpired(at: loop.nowMs) && !connection.tcp.hasUnreadInput { return connection }
             connection.close()
         }
@@ -98,18 +107,24 @@ final class PlainHTTPPool {
 
     /// After a clean exchange with keep-alive semantics: kept for `keepForMs` if there is room, else closed.
     func put(_ connection: PlainHTTPConnection, limit: Int, keepForMs: Int) {
-        let slot = idle.firstIndex { $0.key == connection.key } ?? {
-            idle.append((connection.key, []))
-            return idle.count - 1
+        let list = idle.first { $0.key == connection.key } ?? {
+            let added = IdleList(key: connection.key)
+            var lists = idle
+            idle = []
+            lists.append(added)
+            idle = lists
+            return added
         }()
-        guard idleCount < capacity, idle[slot].connections.count < limit, !connection.tcp.isClosed else {
+        guard idleCount < capacity, list.connections.count < limit, !connection.tcp.isClosed else {
             return connection.close()
         }
         connection.reusableUntilMs = loop.nowMs + UInt64(keepForMs)
-        idle[slot].connections.append(connection)
+        var connections = list.connections
+        list.connections = []
+        connections.append(connection)
+        list.connections = connections
         idleCount += 1
         connection.pool = self
-        connection.exchange = nil
         connection.tcp.startReading()
         if !sweeping {
             sweeping = true
@@ -120,12 +135,15 @@ final class PlainHTTPPool {
     private func sweep() {
         let now = loop.nowMs
         var expired: [PlainHTTPConnection] = []
-        for slot in idle.indices {
-            idle[slot].connections.removeAll { connection in
+        for list in idle {
+            var connections = list.connections
+            list.connections = []
+            connections.removeAll { connection in
                 guard connection.isExpired(at: now) else { return false }
                 expired.append(connection)
                 return true
             }
+            list.connections = connections
         }
         // Closed once out of `idle`: closing can call back into the pool.
         idleCount -= expired.count
@@ -138,9 +156,11 @@ final class PlainHTTPPool {
 
     /// An idle connection stirred: the upstream closed it or spoke out of turn.
     fileprivate func drop(_ connection: PlainHTTPConnection) {
-        if let slot = idle.firstIndex(where: { $0.key == connection.key }),
-           let index = idle[slot].connections.firstIndex(where: { $0 === connection }) {
-            idle[slot].connections.remove(at: index)
+        if let list = idle.first(where: { $0.key == connection.key }), let index = list.connections.firstIndex(where: { $0 === connection }) {
+            var connections = list.connections
+            list.connections = []
+            connections.remove(at: index)
+            list.connections = connections
             idleCount -= 1
         }
         connection.close()
@@ -153,9 +173,23 @@ final class PlainHTTPPool {
         if spareWatchdogs.count < 1024 { spareWatchdogs.append(watchdog) } else { watchdog.close() }
     }
 
-    /// Keeps the assembly buffer from holding on to a large body's worth of memory.
-    func trimScratch() {
-        if scratch.capacity > 256 * 1024 { scratch = [] }
-        scratch.removeAll(keepingCapacity: true)
+    /// The assembly buffer, empty (`giveBack(scratch:)` once written).
+    func borrowScratch() -> [UInt8] {
+        var lent = scratch
+        scratch = []
+        // Not a large body's worth of memory held for the next request.
+        if lent.capacity > 256 * 1024 { lent = [] }
+        lent.removeAll(keepingCapacity: true)
+        return lent
     }
+
+    func giveBack(scratch lent: [UInt8]) { scratch = lent }
+}
+
+/// One upstream's idle connections in a pool, most recently used last.
+private final class IdleList {
+    let key: String
+    var connections: [PlainHTTPConnection] = []
+
+    init(key: String) { self.key = key }
 }

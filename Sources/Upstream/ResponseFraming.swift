@@ -16,28 +16,46 @@ struct ResponseHead {
         while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
         while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
         let value = UnsafeBufferPointer(rebasing: value[start..<end])
-        let text = String(decoding: value, as: UTF8.self)
-        // By length first: most names are none of these.
-        switch name.count {
-        case 14 where Self.is(name, "content-length"):
+        let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
+        let known = KnownHeader.classify(name)
+        switch known {
+        case .contentLength:
             lengths += 1
             if value.isEmpty || !value.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { lengthsAreDigits = false }
             if value.contains(where: { $0 != UInt8(ascii: "0") }) { declaresLength = true }
-        case 17 where Self.is(name, "transfer-encoding"):
+        case .transferEncoding:
             codings += 1
-        case 10 where keepAlive == nil && Self.is(name, "keep-alive"):
+        case .keepAlive where keepAlive == nil:
             keepAlive = text
         default:
             break
         }
-        fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
+        // A known name in its canonical spelling (as most upstreams write them) is that spelling's literal: no
+        // String made, nothing classified again.
+        if known != .other, Self.same(name, known.spelling) {
+            fields.append(HTTPField(known, text))
+        } else {
+            fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
+        }
     }
 
-    /// Whether `name` is `lowercased`, ASCII case-insensitively (the caller compared the lengths).
-    private static func `is`(_ name: UnsafeBufferPointer<UInt8>, _ lowercased: StaticString) -> Bool {
-        lowercased.withUTF8Buffer { expected in
-            name.indices.allSatisfy { HTTPField.sameLetterOrByte(name[$0], expected[$0]) }
+    /// Two values most responses carry, as literals when the bytes are the same: no UTF-8 check, and a
+    /// literal's storage is static (no allocation for a long one, no reference counting).
+    private static func literal(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        let literal: String
+        switch bytes.count {
+        case 10: literal = "keep-alive"
+        case 16: literal = "application/json"
+        default: return nil
         }
+        return same(bytes, literal) ? literal : nil
+    }
+
+    /// Whether `bytes` are `text`'s, byte for byte (by index: `elementsEqual`'s iterators cost more than
+    /// making the String).
+    private static func same(_ bytes: UnsafeBufferPointer<UInt8>, _ text: String) -> Bool {
+        guard bytes.count == text.utf8.count else { return false }
+        return text.utf8.withContiguousStorageIfAvailable { own in own.indices.allSatisfy { own[$0] == bytes[$0] } } ?? false
     }
 }
 

@@ -3,22 +3,16 @@ import CHTTPParser
 // The only file of Upstream that touches libhttp-parser: upstream responses are framed by it (HTTP_RESPONSE
 // mode: status line, fields, Content-Length, chunked and read-until-close bodies), never by hand.
 
-/// What the parser reports while it reads a response. The fields of a head wait in the parser (`takeHead`)
-/// rather than being handed over piece by piece: a read can end inside a name or value, and one copy into a
-/// reused buffer costs less than a call per piece.
-protocol ResponseParserDelegate: AnyObject {
-    /// A head is complete (an interim 1xx one too; its fields are dropped unless taken now). True: no body
-    /// follows whatever the head says (HEAD).
-    func parsedHeadersComplete(status: Int) -> Bool
-    func parsedBody(_ bytes: UnsafeRawBufferPointer)
-    /// A message ended. True: stop here (the final response), false: read on (after an interim 1xx).
-    func parsedMessageComplete(status: Int) -> Bool
-}
-
-/// One http_parser for one upstream connection, re-initialised for every exchange.
+/// One http_parser for one upstream connection, re-initialised for every exchange. It reports to the
+/// connection (`serve`): a head once complete (its fields wait here, `takeHead`, rather than being handed
+/// over piece by piece: a read can end inside a name or value, and one copy into a reused buffer costs less
+/// than a call per piece), body pieces, the end.
 final class ResponseParser {
-    private let parser: UnsafeMutablePointer<http_parser> = .allocate(capacity: 1)
-    weak var delegate: (any ResponseParserDelegate)?
+    private let parser: UnsafeMutablePointer<http_parser> = {
+        let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
+        parser.initialize(to: http_parser())  // no connection to report to until `serve`
+        return parser
+    }()
     /// The names and values of the head being read, back to back, in memory of the parser's own: appending
     /// to an Array held by a class costs an exclusivity check and a uniqueness check per piece, and a piece
     /// comes per name and per value. `starts` holds where each field's name and value begin, two Ints a
@@ -43,10 +37,18 @@ final class ResponseParser {
         starts.deallocate()
     }
 
+    /// The connection the parser reports to, kept unretained in the C parser: the connection owns the parser
+    /// and holds itself while it feeds it. (A Swift reference held here was a weak load and an exclusivity
+    /// check per report.)
+    func serve(_ connection: PlainHTTPConnection) {
+        parser.pointee.data = Unmanaged.passUnretained(connection).toOpaque()
+    }
+
     /// For the next response: the parser anew, no field half-read.
     func reset() {
+        let connection = parser.pointee.data
         http_parser_init(parser, HTTP_RESPONSE)
-        parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+        parser.pointee.data = connection
         dropFields()
         headBytes = 0
         if byteCapacity > 16 * Self.keptBytes {
@@ -164,16 +166,12 @@ final class ResponseParser {
     /// HTTP/1.1 without `Connection: close` (or 1.0 with keep-alive), and a body that did not run to EOF.
     var shouldKeepAlive: Bool { http_should_keep_alive(parser) != 0 }
 
-    fileprivate static func from(_ parser: UnsafeMutablePointer<http_parser>?) -> ResponseParser? {
+    /// `body` on the connection a callback reports to, without a retain and release per call (the connection
+    /// holds itself through the feed); nil before `serve`.
+    fileprivate static func with<Result>(_ parser: UnsafeMutablePointer<http_parser>?,
+                                         _ body: (PlainHTTPConnection) -> Result) -> Result? {
         guard let data = parser?.pointee.data else { return nil }
-        return Unmanaged<ResponseParser>.fromOpaque(data).takeUnretainedValue()
-    }
-
-    /// `body` on the parser of a callback, without a retain and release per piece (the connection holds the
-    /// parser through the feed).
-    fileprivate static func with(_ parser: UnsafeMutablePointer<http_parser>?, _ body: (ResponseParser) -> Void) {
-        guard let data = parser?.pointee.data else { return }
-        Unmanaged<ResponseParser>.fromOpaque(data)._withUnsafeGuaranteedRef(body)
+        return Unmanaged<PlainHTTPConnection>.fromOpaque(data)._withUnsafeGuaranteedRef(body)
     }
 
     fileprivate var status: Int { Int(parser.pointee.status_code) }
@@ -187,27 +185,29 @@ private func bytes(_ at: UnsafePointer<CChar>?, _ length: Int) -> UnsafeRawBuffe
 nonisolated(unsafe) private var responseSettings: http_parser_settings = {
     var settings = http_parser_settings()
     settings.on_header_field = { parser, at, length in
-        ResponseParser.with(parser) { $0.appendName(at, length) }
+        ResponseParser.with(parser) { $0.parser.appendName(at, length) }
         return 0
     }
     settings.on_header_value = { parser, at, length in
-        ResponseParser.with(parser) { $0.appendValue(at, length) }
+        ResponseParser.with(parser) { $0.parser.appendValue(at, length) }
         return 0
     }
     settings.on_headers_complete = { parser in
-        guard let response = ResponseParser.from(parser) else { return 0 }
+        let noBody = ResponseParser.with(parser) { connection in
+            defer { connection.parser.headReported() }
+            return connection.parsedHeadersComplete(status: connection.parser.status)
+        }
         // 1: the parser expects no body (F_SKIPBODY).
-        let noBody = response.delegate?.parsedHeadersComplete(status: response.status) == true
-        response.headReported()
-        return noBody ? 1 : 0
+        return noBody == true ? 1 : 0
     }
     settings.on_body = { parser, at, length in
-        ResponseParser.from(parser)?.delegate?.parsedBody(bytes(at, length))
+        ResponseParser.with(parser) { $0.parsedBody(bytes(at, length)) }
         return 0
     }
     settings.on_message_complete = { parser in
-        guard let response = ResponseParser.from(parser) else { return 0 }
-        if response.delegate?.parsedMessageComplete(status: response.status) != false { response.pauseAtEnd() }
+        ResponseParser.with(parser) { connection in
+            if connection.parsedMessageComplete(status: connection.parser.status) { connection.parser.pauseAtEnd() }
+        }
         return 0
     }
     return settings

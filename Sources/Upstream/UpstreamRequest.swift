@@ -106,12 +106,13 @@ extension UpstreamRequest {
         else {
             throw .invalidRequest("request target \"\(pathAndQuery)\" must start with / and be printable ASCII")
         }
-        for field in headers {
-            guard !field.name.isEmpty, field.name.allBytes(HTTPField.isTokenByte) else {
-                throw .invalidRequest("header name \"\(field.name)\" is not an HTTP token")
+        // By index: a `for field in` copy retains and releases its two Strings.
+        for index in headers.indices {
+            guard !headers[index].name.isEmpty, headers[index].name.allBytes(HTTPField.isTokenByte) else {
+                throw .invalidRequest("header name \"\(headers[index].name)\" is not an HTTP token")
             }
-            guard field.value.allBytes({ $0 != 0x0D && $0 != 0x0A && $0 != 0 }) else {
-                throw .invalidRequest("header \(field.name) has a line break or NUL in its value")
+            guard headers[index].value.allBytes({ $0 != 0x0D && $0 != 0x0A && $0 != 0 }) else {
+                throw .invalidRequest("header \(headers[index].name) has a line break or NUL in its value")
             }
         }
         let streamsBody = upload.map { $0.length != 0 } ?? false  // chunked (no length) or a length over 0

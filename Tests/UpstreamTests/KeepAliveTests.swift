@@ -97,6 +97,10 @@ final class KeepAliveTests: XCTestCase {
         XCTAssertEqual(kept.keepAlive, "timeout=3", "the first one, without blanks")
         XCTAssertEqual(kept.fields, [HTTPField("keep-alive", "timeout=3"), HTTPField("KEEP-ALIVE", "timeout=9"), HTTPField("content-LENGTH", "0")])
         XCTAssertTrue(ResponseFraming.isUnambiguous(kept, bodyless: true))
+        // Common names and values are shared literals when the bytes are the same, and only then.
+        let common = [("Date", "Dates"), ("DatE", "dat"), ("Content-Type", "application/json"), ("Content-TypE", "application/jsoN"),
+                      ("Connection", "keep-alive"), ("Connectiom", "keep-alivE"), ("Server", "Content-Length")]
+        XCTAssertEqual(head(common).fields, common.map { HTTPField($0.0, $0.1) })
         XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Content-length", "1")]), bodyless: true))
         XCTAssertFalse(ResponseFraming.isUnambiguous(head([("content-length", "1"), ("TRANSFER-encoding", "chunked")]), bodyless: false))
         XCTAssertFalse(ResponseFraming.isUnambiguous(head([("Content-Length", "1 ")] + [("Content-Length", "1")]), bodyless: false))
