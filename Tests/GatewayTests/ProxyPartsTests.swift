@@ -33,6 +33,15 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
     }
 
+    func testConnectionNamesDropHeadersTheRulesKnowByCode() {
+        // Names the rules classify (and would forward) are still hop-by-hop once Connection lists them.
+        let incoming = [HTTPField("Connection", "authorization, USER-AGENT"), HTTPField("Authorization", "Bearer t"),
+                        HTTPField("User-Agent", "app"), HTTPField("Accept", "*/*")]
+        XCTAssertEqual(ForwardingRules.requestHeaders(incoming).map(\.name), ["Accept"])
+        let upstream = [HTTPField("Date", "today"), HTTPField("Connection", "Date"), HTTPField("Server", "nginx")]
+        XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
+    }
+
     func testResponseHeadersKeepRepeatsAndDropFraming() {
         let upstream = [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Transfer-Encoding", "chunked"),
                         HTTPField("Connection", "close, X-Internal"), HTTPField("X-Internal", "secret"), HTTPField("Content-Type", "text/plain")]
