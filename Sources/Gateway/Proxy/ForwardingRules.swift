@@ -52,19 +52,24 @@ enum ForwardingRules {
     /// The client's headers as the upstream should see them, before the gateway adds its own. A name
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
     /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
-    /// `X-Attest-Status` would: nowhere. (Copied once and thinned in place: a filter grows its result
-    /// by doubling.) `room`: how many headers the caller adds, reserved in that one copy.
+    /// `X-Attest-Status` would: nowhere. (The kept ones appended to one array reserved for them all: a filter
+    /// grows its result by doubling, a copy thinned in place shifts what follows each removal.) `room`: how
+    /// many headers the caller adds, reserved in that one array.
     static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false, room: Int = 0) -> [HTTPField] {
         let named = connectionNamed(headers)
-        var kept = headers
+        var kept: [HTTPField] = []
         kept.reserveCapacity(headers.count + room)
-        kept.removeAll { header in
-            // A known name has no "_" and folds to its spelling.
-            if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-            if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
-            return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
+        for index in headers.indices where !isDroppedFromRequest(headers[index], named: named, forwardUnderscores: forwardUnderscores) {
+            kept.append(headers[index])
         }
         return kept
+    }
+
+    private static func isDroppedFromRequest(_ header: HTTPField, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
+        // A known name has no "_" and folds to its spelling.
+        if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
+        if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
+        return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
     }
 
     /// The upstream's response headers as the client should see them (framing is redone by the server).
