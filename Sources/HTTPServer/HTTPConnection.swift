@@ -241,7 +241,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         let (fed, fields, path, query, targetIsOriginForm) = inbound.withUnsafeBytes { bytes in
             let head = UnsafeRawBufferPointer(rebasing: bytes[headStart..<headEnd])
             let fields = headParts.fields.map { field in
-                HTTPField(String(decoding: head[field.name], as: UTF8.self), String(decoding: head[field.value], as: UTF8.self))
+                HTTPField(name: UnsafeRawBufferPointer(rebasing: head[field.name]), value: String(decoding: head[field.value], as: UTF8.self))
             }
             let target = head[headParts.target]
             let (path, query) = Self.split(target)

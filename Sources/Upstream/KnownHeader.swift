@@ -23,18 +23,18 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
 
     /// The code of `name`; `.other` for a name not listed.
     public init(_ name: String) {
-        if let known = name.utf8.withContiguousStorageIfAvailable(KnownHeader.classify) {
+        if let known = name.utf8.withContiguousStorageIfAvailable({ KnownHeader.classify(UnsafeRawBufferPointer($0)) }) {
             self = known
         } else {
             var copy = name
-            self = copy.withUTF8(KnownHeader.classify)
+            self = copy.withUTF8 { KnownHeader.classify(UnsafeRawBufferPointer($0)) }
         }
     }
 
     /// One slot of a table by a hash of the length and the last two bytes (letters folded, so every spelling of a
     /// name lands in its slot; no two known names share one), then that candidate's bytes eight at a time: a
     /// field is made per header of every message (byte by byte, this cost 200 instructions a name).
-    static func classify(_ name: UnsafeBufferPointer<UInt8>) -> KnownHeader {
+    static func classify(_ name: UnsafeRawBufferPointer) -> KnownHeader {
         let count = name.count
         guard count >= 2, count <= maxLength else { return .other }
         let table = Self.table
@@ -43,7 +43,7 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
         // A spelling's letters fold by OR-ing 0x20 (only an ASCII letter of either case becomes that lower-case
         // letter so, as `HTTPField.sameLetterOrByte` folds); its other bytes ("-") compare as they are.
         var word = Int(code) &* wordsPerName
-        let matches = words(UnsafeRawBufferPointer(name)) { chunk in
+        let matches = words(name) { chunk in
             defer { word += 1 }
             return chunk | table.masks[word] == table.words[word]
         }

@@ -11,6 +11,14 @@ public struct HTTPField: Sendable, Equatable {
         known = KnownHeader(name)
     }
 
+    /// A field read off the wire: the name classified from its bytes where they lie (a parser has them at hand;
+    /// classifying the String made of them looks at them again).
+    public init(name: UnsafeRawBufferPointer, value: String) {
+        self.name = String(decoding: name, as: UTF8.self)
+        self.value = value
+        known = KnownHeader.classify(name)
+    }
+
     /// A header the gateway sets, in its canonical spelling (nothing to classify).
     public init(_ known: KnownHeader, _ value: String) {
         name = known.spelling

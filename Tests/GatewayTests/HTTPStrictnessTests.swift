@@ -2,6 +2,7 @@ import EventLoop
 import Foundation
 import HTTPServer
 import TestSupport
+import Upstream
 import XCTest
 
 /// RFC 9112 strictness, timeouts and limits of the event-loop server: what a lenient upstream could read
@@ -9,6 +10,22 @@ import XCTest
 final class HTTPStrictnessTests: XCTestCase {
     private func start(_ handler: TestHandler, limits: ServerLimits = ServerLimits(workers: 1)) throws -> HTTPServer {
         try startServer(handler, limits: limits)
+    }
+
+    func testResponseHeaderValuesWithALineBreakOrNULAreUnsafeAtEveryOffset() {
+        // The check reads eight bytes at a time: every offset, in whole words and in the tail, and bytes next to
+        // the forbidden ones (0x8D, 0x0B, 0x01, 0x80) that a lane test could mistake for them.
+        for length in 0...25 {
+            let clean = (0..<length).map { UInt8([0x61, 0x8D, 0x0B, 0x01, 0x80, 0x20, 0x09, 0xC3][$0 % 8]) }
+            XCTAssertTrue(HTTPField("X-Value", String(decoding: clean, as: UTF8.self)).isSafeToSend, "length \(length)")
+            for offset in 0..<length {
+                for forbidden: UInt8 in [0x0D, 0x0A, 0x00] {
+                    var bytes = Array(repeating: UInt8(ascii: "v"), count: length)
+                    bytes[offset] = forbidden
+                    XCTAssertFalse(HTTPField("X-Value", String(decoding: bytes, as: UTF8.self)).isSafeToSend, "\(forbidden) at \(offset) of \(length)")
+                }
+            }
+        }
     }
 
     func testEachStrictnessViolationIs400AndNeverReachesTheHandler() throws {

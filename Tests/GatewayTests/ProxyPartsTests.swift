@@ -33,6 +33,25 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
     }
 
+    func testConnectionNamesDropHeadersTheRulesKnowByCode() {
+        // Names the rules classify (and would forward) are still hop-by-hop once Connection lists them.
+        let incoming = [HTTPField("Connection", "authorization, USER-AGENT"), HTTPField("Authorization", "Bearer t"),
+                        HTTPField("User-Agent", "app"), HTTPField("Accept", "*/*")]
+        XCTAssertEqual(ForwardingRules.requestHeaders(incoming).map(\.name), ["Accept"])
+        let upstream = [HTTPField("Date", "today"), HTTPField("Connection", "Date"), HTTPField("Server", "nginx")]
+        XCTAssertEqual(ForwardingRules.responseHeaders(upstream).map(\.name), ["Server"])
+    }
+
+    func testClientResponseCarriesOneRequestIdAndTheUpstreamsLength() {
+        let upstream = [HTTPField("X-Request-Id", "upstream"), HTTPField("Content-Length", " 12 "), HTTPField("Connection", "close"),
+                        HTTPField("Server", "nginx"), HTTPField("x-request-id", "again"), HTTPField("Content-Length", "13")]
+        let (headers, length) = ForwardingRules.clientResponse(upstream, requestId: "gateway")
+        XCTAssertEqual(headers, [HTTPField("Server", "nginx"), HTTPField("X-Request-Id", "gateway")])
+        XCTAssertEqual(length, 12)
+        XCTAssertNil(ForwardingRules.clientResponse([HTTPField("Server", "nginx")], requestId: "g").contentLength)
+        XCTAssertNil(ForwardingRules.clientResponse([HTTPField("Content-Length", "x")], requestId: "g").contentLength)
+    }
+
     func testResponseHeadersKeepRepeatsAndDropFraming() {
         let upstream = [HTTPField("Set-Cookie", "a=1"), HTTPField("Set-Cookie", "b=2"), HTTPField("Transfer-Encoding", "chunked"),
                         HTTPField("Connection", "close, X-Internal"), HTTPField("X-Internal", "secret"), HTTPField("Content-Type", "text/plain")]

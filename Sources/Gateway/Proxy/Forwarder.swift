@@ -50,14 +50,8 @@ struct Forwarder {
         }
         record.upstreamStatus = stream.status
         record.upstreamAddr = stream.remoteAddress
-        // The gateway's request id replaces any the upstream echoes, so the client sees exactly one.
-        var headers = stream.headers
-        headers.reserveCapacity(headers.count + 1)  // the one copy, with room for the id
-        ForwardingRules.removeHopByHop(fromResponse: &headers)
-        headers.removeAll { $0.known == .xRequestId }
-        headers.append(HTTPField(.xRequestId, record.requestId))
-        // The upstream's length is kept (a body cut short is then visibly short); without one, chunked.
-        let length = stream.headers.first(named: "Content-Length").flatMap { Int($0.trimmingSpaces) }
+        // The gateway's request id replaces any the upstream echoes; the upstream's length is kept.
+        let (headers, length) = ForwardingRules.clientResponse(stream.headers, requestId: record.requestId)
         guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
             // A header of the upstream's cannot be relayed as it is (the client got a JSON 500): nor its body.
             stream.cancel()

@@ -52,35 +52,54 @@ enum ForwardingRules {
     /// The client's headers as the upstream should see them, before the gateway adds its own. A name
     /// with "_" is dropped unless `forwardUnderscores` (`server.forward_underscore_headers`); then it is
     /// judged as the name CGI/WSGI servers read it, "_" as "-", so `X_Attest_Status` goes wherever
-    /// `X-Attest-Status` would: nowhere. (Copied once and thinned in place: a filter grows its result
-    /// by doubling.) `room`: how many headers the caller adds, reserved in that one copy.
+    /// `X-Attest-Status` would: nowhere. (The kept ones appended to one array reserved for them all: a filter
+    /// grows its result by doubling, a copy thinned in place shifts what follows each removal.) `room`: how
+    /// many headers the caller adds, reserved in that one array.
     static func requestHeaders(_ headers: [HTTPField], forwardUnderscores: Bool = false, room: Int = 0) -> [HTTPField] {
         let named = connectionNamed(headers)
-        var kept = headers
+        var kept: [HTTPField] = []
         kept.reserveCapacity(headers.count + room)
-        kept.removeAll { header in
-            // A known name has no "_" and folds to its spelling.
-            if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-            if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
-            return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
+        for index in headers.indices where !isDroppedFromRequest(headers[index], named: named, forwardUnderscores: forwardUnderscores) {
+            kept.append(headers[index])
         }
         return kept
+    }
+
+    private static func isDroppedFromRequest(_ header: HTTPField, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
+        // A known name has no "_" and folds to its spelling.
+        if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
+        if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
+        return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
     }
 
     /// The upstream's response headers as the client should see them (framing is redone by the server).
     static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
-        var kept = headers
-        removeHopByHop(fromResponse: &kept)
-        return kept
+        let named = connectionNamed(headers)
+        return headers.filter { !isDroppedFromResponse($0, named: named) }
     }
 
-    /// `responseHeaders` in place.
-    static func removeHopByHop(fromResponse headers: inout [HTTPField]) {
+    /// The upstream's response head as the client gets it, in one pass over the upstream's fields (a copy
+    /// thinned twice and a third look for the length before): `responseHeaders`, minus the upstream's
+    /// X-Request-Id, plus the gateway's `requestId` (the client sees exactly one); and the upstream's
+    /// Content-Length, which is kept (a body cut short is then visibly short; without one, chunked).
+    static func clientResponse(_ headers: [HTTPField], requestId: String) -> (headers: [HTTPField], contentLength: Int?) {
         let named = connectionNamed(headers)
-        headers.removeAll { header in
-            if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-            return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
+        var kept: [HTTPField] = []
+        kept.reserveCapacity(headers.count + 1)
+        var length: String?
+        for index in headers.indices {
+            if length == nil, headers[index].known == .contentLength { length = headers[index].value }
+            guard headers[index].known != .xRequestId, !isDroppedFromResponse(headers[index], named: named) else { continue }
+            kept.append(headers[index])
         }
+        kept.append(HTTPField(.xRequestId, requestId))
+        return (kept, length.flatMap { Int($0.trimmingSpaces) })
+    }
+
+    /// A known name by its code, only other names by their bytes.
+    private static func isDroppedFromResponse(_ header: HTTPField, named: Set<[UInt8]>) -> Bool {
+        if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
+        return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
     }
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
