@@ -17,7 +17,7 @@ struct ResponseHead {
         while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
         let value = UnsafeBufferPointer(rebasing: value[start..<end])
         let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
-        let known = KnownHeader.classify(name)
+        let known = KnownHeader.classify(UnsafeRawBufferPointer(name))
         switch known {
         case .contentLength:
             lengths += 1
