@@ -154,7 +154,14 @@ public final class HTTPExchange: @unchecked Sendable {
         callback?(outcome)
     }
 
-    /// The whole body, up to `limit` bytes. Sends `100 Continue` first when the client asked for it.
+    /// The whole body, up to `limit` bytes, to `done`: at once when there is nothing to wait for (no body,
+    /// or one read already). Sends `100 Continue` first when the client asked for it.
+    public func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
+        if let result = connection.bodyAtOnce(limit: limit) { return done(result) }
+        connection.readBody(limit: limit, done)
+    }
+
+    /// `readBody` for async callers.
     public func readBody(limit: Int) async throws(BodyReadError) -> [UInt8] {
         if let result = connection.bodyAtOnce(limit: limit) { return try result.get() }
         let result = await withCheckedContinuation { continuation in
@@ -174,13 +181,32 @@ public final class HTTPExchange: @unchecked Sendable {
     /// Whether the client is still there to receive a response.
     public var isClientGone: Bool { connection.clientGone }
 
+    /// Sends a response; `done` once it is handed over: at once for bytes in hand, after the last piece for
+    /// a streamed body (relayed by a task, as the client takes it).
+    public func send(_ response: HTTPResponse, then done: @escaping () -> Void) {
+        guard case .bytes(let bytes) = response.body else {
+            let (response, done) = (Unchecked(response), Unchecked(done))
+            Task(executorPreference: loop) { [self] in
+                await send(response.value)
+                done.value()
+            }
+            return
+        }
+        send(status: response.status, headers: response.headers, bytes)
+        done()
+    }
+
+    private func send(status: Int, headers: [HTTPField], _ bytes: [UInt8]) {
+        guard startResponse(status: status, headers: headers, contentLength: bytes.count) else { return }
+        if !bytes.isEmpty { bytes.withUnsafeBytes { _ = writeBody($0) } }
+        endResponse()
+    }
+
     /// Sends a whole response; a streamed body is relayed piece by piece as the client takes it.
     public func send(_ response: HTTPResponse) async {
         switch response.body {
         case .bytes(let bytes):
-            guard startResponse(status: response.status, headers: response.headers, contentLength: bytes.count) else { return }
-            if !bytes.isEmpty { bytes.withUnsafeBytes { _ = writeBody($0) } }
-            endResponse()
+            send(status: response.status, headers: response.headers, bytes)
         case .stream(let stream):
             defer { stream.close() }
             guard startResponse(status: response.status, headers: response.headers, contentLength: nil) else { return }

@@ -231,17 +231,33 @@ final class CurlStream: UpstreamStreamBackend {
 }
 
 extension UpstreamClient {
-    /// Sends `request` on `multi`'s loop (call it there) and returns once the response head arrived:
-    /// `http://` targets with the loop's own HTTP/1.1 client (`PlainHTTPExchange`), `https://` with curl.
+    /// Sends `request` on `multi`'s loop (call it there); `opened` is told once the response head arrived
+    /// (possibly before this returns), or why it will not: `http://` targets with the loop's own HTTP/1.1
+    /// client (`PlainHTTPExchange`), `https://` with curl.
     /// `timeouts` replaces the target's for this exchange (a route's own).
     /// `upload` streams the request body as the client sends it (then `request.body` is not used).
     public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
+                     upload: UpstreamUpload? = nil, _ opened: @escaping (Result<UpstreamStream, UpstreamError>) -> Void) {
+        exchange(request, on: multi, timeouts: timeouts, upload: upload) { result in
+            opened(result.flatMap(Self.acceptable))
+        }
+    }
+
+    /// `open` for async callers: one continuation around it.
+    public func open(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts? = nil,
                      upload: UpstreamUpload? = nil) async throws(UpstreamError) -> UpstreamStream {
-        let stream = try await exchange(request, on: multi, timeouts: timeouts, upload: upload)
+        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
+            open(request, on: multi, timeouts: timeouts, upload: upload) { continuation.resume(returning: Unchecked($0)) }
+        }
+        return try opened.value.get()
+    }
+
+    /// A response head the gateway can relay, or the upstream's protocol error (its exchange cancelled).
+    private static func acceptable(_ stream: UpstreamStream) -> Result<UpstreamStream, UpstreamError> {
         // RFC 9110 §15: a final status is 200–599 (interim ones never reach here); another is the upstream's error.
         guard (200...599).contains(stream.status) else {
             stream.cancel()
-            throw .protocolError("the upstream answered with status \(stream.status), outside 200–599")
+            return .failure(.protocolError("the upstream answered with status \(stream.status), outside 200–599"))
         }
         // Only chunked is decoded, and Transfer-Encoding is hop-by-hop: relayed re-framed, a body under another
         // coding (gzip) would reach the client as if it were the content. Refused, as nginx does.
@@ -249,62 +265,65 @@ extension UpstreamClient {
             .map(\.trimmingBlanks).filter { !$0.isEmpty }
         if let coding = codings.first(where: { $0.lowercased() != "chunked" }) {
             stream.cancel()
-            throw .protocolError("the upstream sent Transfer-Encoding: \(coding), which the gateway does not decode")
+            return .failure(.protocolError("the upstream sent Transfer-Encoding: \(coding), which the gateway does not decode"))
         }
-        return stream
+        return .success(stream)
     }
 
-    private func exchange(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts?,
-                          upload: UpstreamUpload?) async throws(UpstreamError) -> UpstreamStream {
-        try request.validate(upload: upload)
+    private func exchange(_ request: UpstreamRequest, on multi: LoopMulti, timeouts: UpstreamTimeouts?, upload: UpstreamUpload?,
+                          _ opened: @escaping (Result<UpstreamStream, UpstreamError>) -> Void) {
+        let transfer: CurlTransfer
         let timeouts = timeouts ?? target.timeouts
-        if let endpoint = target.plainHTTP {
-            return try await PlainHTTPExchange.open(request, endpoint: endpoint, pool: multi.plainHTTP, timeouts: timeouts, upload: upload,
-                                                    maxIdle: target.maxIdleConnections, keepAliveMs: target.keepAliveMs)
+        do throws(UpstreamError) {
+            try request.validate(upload: upload)
+            if let endpoint = target.plainHTTP {
+                return PlainHTTPExchange.open(request, endpoint: endpoint, pool: multi.plainHTTP, timeouts: timeouts, upload: upload,
+                                              maxIdle: target.maxIdleConnections, keepAliveMs: target.keepAliveMs, opened)
+            }
+            transfer = try multi.checkOut()
+            try transfer.prepare(url: target.curlBaseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
+                                 upload: upload)
+        } catch {
+            return opened(.failure(error))
         }
-        let transfer = try multi.checkOut()
-        try transfer.prepare(url: target.curlBaseURL + request.pathAndQuery, request: request, target: target, timeouts: timeouts,
-                             upload: upload)
         upload?.consumer = transfer
         let watchdog = transfer.watchdog ?? Watchdog(multi.loop)
         transfer.watchdog = watchdog
         watchdog.idleMs = timeouts.idleMs
-        let opened = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<UpstreamStream, UpstreamError>>, Never>) in
-            var waiting = true
-            watchdog.expired = {
-                guard waiting else { return }
-                waiting = false
-                multi.cancel(transfer)
-                watchdog.disarm()
-                continuation.resume(returning: Unchecked(.failure(.timeout("no response within \(timeouts.firstByteMs) ms"))))
-            }
-            // The connect timeout is curl's; the first byte is awaited from the moment the request is handed over.
-            watchdog.arm(timeouts.connectMs + timeouts.firstByteMs)
-            transfer.onHeaders = { [unowned transfer] in
-                guard waiting else { return }
-                waiting = false
-                let stream = UpstreamStream(status: transfer.status, headers: transfer.responseHeaders, timing: transfer.timing,
-                                            remoteAddress: transfer.remoteAddress,
-                                            backend: CurlStream(transfer: transfer, multi: multi, watchdog: watchdog))
-                continuation.resume(returning: Unchecked(.success(stream)))
-            }
-            transfer.onDone = { result in
-                guard waiting else { return }
-                waiting = false
-                watchdog.disarm()
-                let error: UpstreamError
-                if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
-                continuation.resume(returning: Unchecked(.failure(error)))
-            }
-            do throws(UpstreamError) {
-                try multi.add(transfer)
-            } catch {
-                waiting = false
-                watchdog.disarm()
-                continuation.resume(returning: Unchecked(.failure(error)))
-            }
+        var waiting = true
+        watchdog.expired = {
+            guard waiting else { return }
+            waiting = false
+            multi.cancel(transfer)
+            watchdog.disarm()
+            opened(.failure(.timeout("no response within \(timeouts.firstByteMs) ms")))
         }
-        return try opened.value.get()
+        // The connect timeout is curl's; the first byte is awaited from the moment the request is handed over.
+        watchdog.arm(timeouts.connectMs + timeouts.firstByteMs)
+        transfer.onHeaders = { [unowned transfer] in
+            guard waiting else { return }
+            waiting = false
+            let stream = UpstreamStream(status: transfer.status, headers: transfer.responseHeaders, timing: transfer.timing,
+                                        remoteAddress: transfer.remoteAddress,
+                                        backend: CurlStream(transfer: transfer, multi: multi, watchdog: watchdog))
+            // Inside curl's header callback, where the receiver's pause, resume or cancel are not allowed.
+            multi.loop.executeOnLoop { opened(.success(stream)) }
+        }
+        transfer.onDone = { result in
+            guard waiting else { return }
+            waiting = false
+            watchdog.disarm()
+            let error: UpstreamError
+            if case .failure(let failure) = result { error = failure } else { error = .protocolError("the upstream sent no response headers") }
+            opened(.failure(error))
+        }
+        do throws(UpstreamError) {
+            try multi.add(transfer)
+        } catch {
+            waiting = false
+            watchdog.disarm()
+            opened(.failure(error))
+        }
     }
 }
 

@@ -45,8 +45,10 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private var trailingBytes = false
     private(set) var remoteAddress: String?
 
-    /// `open`, waiting for the final response head (held as it is: a closure around it was an allocation).
-    private var opener: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>?
+    /// `open`'s caller, waiting for the final response head (told through `opened`, without a closure around it).
+    private var opener: ((Result<UpstreamStream, UpstreamError>) -> Void)?
+    /// The exchange itself until `opener` has the stream: the connection's reference to it is unowned.
+    private var heldUntilOpened: PlainHTTPExchange?
     // While the body is relayed.
     private var onBody: ((UnsafeRawBufferPointer) -> Bool)?
     private var onEnd: ((UpstreamError?) -> Void)?
@@ -88,19 +90,18 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
 
     var timing: UpstreamTiming { UpstreamTiming(connectMs: connectMs, firstByteMs: firstByteMs, reusedConnection: reused) }
 
-    /// Sends the request (call on the pool's loop) and waits for the final response head.
+    /// Sends the request (call on the pool's loop); `opened` is told once the final response head arrived
+    /// (or why none will).
     static func open(_ request: UpstreamRequest, endpoint: PlainHTTPEndpoint, pool: PlainHTTPPool, timeouts: UpstreamTimeouts,
-                     upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int) async throws(UpstreamError) -> UpstreamStream {
-        let exchange = PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
-                                         maxIdle: maxIdle, keepAliveMs: keepAliveMs)
-        let opened = await withCheckedContinuation { exchange.start($0) }
-        try opened.value.get()
-        return UpstreamStream(status: exchange.status, headers: exchange.head.fields, timing: exchange.timing,
-                              remoteAddress: exchange.remoteAddress, backend: exchange)
+                     upload: UpstreamUpload?, maxIdle: Int, keepAliveMs: Int,
+                     _ opened: @escaping (Result<UpstreamStream, UpstreamError>) -> Void) {
+        PlainHTTPExchange(request: request, endpoint: endpoint, pool: pool, timeouts: timeouts, upload: upload,
+                          maxIdle: maxIdle, keepAliveMs: keepAliveMs).start(opened)
     }
 
-    private func start(_ opener: CheckedContinuation<Unchecked<Result<Void, UpstreamError>>, Never>) {
+    private func start(_ opener: @escaping (Result<UpstreamStream, UpstreamError>) -> Void) {
         self.opener = opener
+        heldUntilOpened = self
         if let idle = pool.take(endpoint.poolKey) {
             reused = true
             attach(idle)
@@ -209,6 +210,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
             phase = .body
             arm(timeouts.idleMs, .idle)
             opened(.success(()))
+            guard !ended else { return }  // the receiver cancelled on seeing the head
         }
         if messageComplete { return complete() }
         if phase == .body {
@@ -329,8 +331,14 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         finishIfDone()
     }
 
+    /// Tells `open`'s caller, once. It may relay or cancel from inside the call, before the read that brought
+    /// the head is done with.
     private func opened(_ result: Result<Void, UpstreamError>) {
-        opener.take()?.resume(returning: Unchecked(result))
+        guard let opener = opener.take() else { return }
+        defer { heldUntilOpened = nil }
+        opener(result.map {
+            UpstreamStream(status: status, headers: head.fields, timing: timing, remoteAddress: remoteAddress, backend: self)
+        })
     }
 
     /// Tells the receiver the end once it has every byte before it.
@@ -417,6 +425,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
         onEnd = nil
         onBody = nil
         opener = nil
+        heldUntilOpened = nil
         connection?.watchdog.stop()
         dropConnectWatchdog()
         upload?.consumer = nil

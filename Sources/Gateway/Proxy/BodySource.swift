@@ -1,3 +1,4 @@
+import EventLoop
 import HTTPServer
 import Upstream
 
@@ -42,16 +43,29 @@ final class BodySource {
         })
     }
 
+    /// The whole body to `done`: at once when it is in hand or there is none, else once it has arrived.
+    func read(_ done: @escaping (Result<[UInt8], GatewayError>) -> Void) {
+        if let bytes { return done(.success(bytes)) }
+        exchange.readBody(limit: limit) { [self] result in
+            switch result {
+            case .success(let body):
+                record.bytesIn = body.count
+                bytes = body
+                done(.success(body))
+            case .failure(.tooLarge(let limit)):
+                done(.failure(.bodyTooLarge(limit: limit)))
+            case .failure(let error):
+                done(.failure(.body(error)))
+            }
+        }
+    }
+
+    /// `read` for async callers (assert routes, built-in endpoints).
     func read() async throws(GatewayError) -> [UInt8] {
         if let bytes { return bytes }
-        do {
-            let body = try await exchange.readBody(limit: limit)
-            record.bytesIn = body.count
-            bytes = body
-            return body
-        } catch {
-            if case .tooLarge(let limit) = error { throw .bodyTooLarge(limit: limit) }
-            throw .body(error)
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<[UInt8], GatewayError>>, Never>) in
+            read { continuation.resume(returning: Unchecked($0)) }
         }
+        return try result.value.get()
     }
 }

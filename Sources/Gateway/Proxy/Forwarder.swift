@@ -25,72 +25,77 @@ struct Forwarder {
         var deviceIntegrity: [String]? = nil
     }
 
-    /// Answers the client with the upstream's response; returns its status once the relay has ended.
+    /// Answers the client with the upstream's response; `done` gets its status once the relay has ended.
+    /// Plain callbacks on the connection's loop: a pooled `http://` exchange needs no task.
     func forward(_ request: HTTPRequest, exchange: HTTPExchange, multi: LoopMulti, to upstream: UpstreamBinding,
                  timeouts: RouteTimeouts? = nil, upload: UpstreamUpload? = nil, identity: Identity,
-                 record: RequestRecord) async throws(GatewayError) -> Int {
+                 record: RequestRecord, done: @escaping (Result<Int, GatewayError>) -> Void) {
         let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
-        let stream: UpstreamStream
-        do throws(UpstreamError) {
-            stream = try await upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
-                                                    upload: upload)
-            // Thousands of names in Connection only make the header rules work: the upstream is broken.
-            if ConnectionTokens.exceedLimit(stream.headers) {
-                stream.cancel()
-                throw UpstreamError.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names")
-            }
-        } catch {
+        let failed = { [metrics] (error: UpstreamError) in
             record.upstreamMs = RequestRecord.milliseconds(since: start)
             metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
                               help: "Upstream requests that failed before a response.")
-            throw GatewayError(error)
+            done(.failure(GatewayError(error)))
         }
-        record.upstreamStatus = stream.status
-        record.upstreamAddr = stream.remoteAddress
-        // The gateway's request id replaces any the upstream echoes; the upstream's length is kept.
-        let (headers, length) = ForwardingRules.clientResponse(stream.headers, requestId: record.requestId)
-        guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
-            // A header of the upstream's cannot be relayed as it is (the client got a JSON 500): nor its body.
-            stream.cancel()
-            record.reason = "invalid_response_header"
-            return 500
+        upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
+                             upload: upload) { opened in
+            let stream: UpstreamStream
+            switch opened {
+            case .failure(let error): return failed(error)
+            case .success(let opened): stream = opened
+            }
+            // Thousands of names in Connection only make the header rules work: the upstream is broken.
+            if ConnectionTokens.exceedLimit(stream.headers) {
+                stream.cancel()
+                return failed(.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names"))
+            }
+            record.upstreamStatus = stream.status
+            record.upstreamAddr = stream.remoteAddress
+            // The gateway's request id replaces any the upstream echoes; the upstream's length is kept.
+            let (headers, length) = ForwardingRules.clientResponse(stream.headers, requestId: record.requestId)
+            guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
+                // A header of the upstream's cannot be relayed as it is (the client got a JSON 500): nor its body.
+                stream.cancel()
+                record.reason = "invalid_response_header"
+                return done(.success(500))
+            }
+            Self.relay(stream, to: exchange, record: record) {
+                record.upstreamMs = RequestRecord.milliseconds(since: start)
+                done(.success(stream.status))
+            }
         }
-        await relay(stream, to: exchange, record: record)
-        record.upstreamMs = RequestRecord.milliseconds(since: start)
-        return stream.status
     }
 
-    /// Body bytes go to the client as curl delivers them; when the client's buffer is full curl pauses,
-    /// and resumes when it drained. A client that leaves cancels the upstream exchange.
-    private func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            var done = false
-            let finish = {
-                guard !done else { return }
-                done = true
-                exchange.onWritable = nil
-                exchange.onClientGone = nil
-                continuation.resume()
-            }
-            exchange.onWritable = { stream.resume() }
-            exchange.onClientGone = {
-                stream.cancel()
-                finish()
-            }
-            stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
-                if let error {
-                    record.reason = error.reasonCode
-                    record.detail = error.description
-                    exchange.abort(.upstreamAborted)
-                } else {
-                    exchange.endResponse()
-                }
-                finish()
-            })
+    /// Body bytes go to the client as the upstream delivers them; when the client's buffer is full the
+    /// upstream is paused, and resumed when it drained. A client that leaves cancels the upstream exchange.
+    /// `done` comes once, when the relay is over either way.
+    private static func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord, done: @escaping () -> Void) {
+        var over = false
+        let finish = {
+            guard !over else { return }
+            over = true
+            exchange.onWritable = nil
+            exchange.onClientGone = nil
+            done()
         }
+        exchange.onWritable = { stream.resume() }
+        exchange.onClientGone = {
+            stream.cancel()
+            finish()
+        }
+        stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
+            if let error {
+                record.reason = error.reasonCode
+                record.detail = error.description
+                exchange.abort(.upstreamAborted)
+            } else {
+                exchange.endResponse()
+            }
+            finish()
+        })
     }
 
     /// The client's list in header `name` with `value` appended (just `value` when the client sent none).

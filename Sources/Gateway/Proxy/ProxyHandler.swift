@@ -51,6 +51,14 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     }
 
     public func handle(_ exchange: HTTPExchange) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            start(exchange) { continuation.resume() }
+        }
+    }
+
+    /// Answers on the exchange's loop; `done` once the handler has let go of it. Plain callbacks where
+    /// nothing waits (pass, deny, not found, errors); a task only for a step that does (`waiting`).
+    func start(_ exchange: HTTPExchange, done: @escaping () -> Void) {
         let runtime = self.runtime
         let head = exchange.head
         let record = RequestRecord(requestId: RequestID.accept(head.headers),
@@ -63,13 +71,13 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.outcome = outcome
             record.finish(log: log, metrics: metrics)
         }
-        let response: HTTPResponse?
-        do {
-            response = try await route(exchange, runtime: runtime, record: record)
-        } catch {
-            response = errorResponse(error, record: record)
+        route(exchange, runtime: runtime, record: record) { [self] routed in
+            switch routed {
+            case .success(nil): done()
+            case .success(let response?): exchange.send(response, then: done)
+            case .failure(let error): exchange.send(errorResponse(error, record: record), then: done)
+            }
         }
-        if let response { await exchange.send(response) }
     }
 
     private func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
@@ -87,80 +95,120 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         return response
     }
 
-    /// The response to send, or nil when the upstream's was relayed already.
-    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord) async throws(GatewayError) -> HTTPResponse? {
+    /// Routed is the response to send, or nil when the upstream's was relayed already.
+    private typealias Routed = (Result<HTTPResponse?, GatewayError>) -> Void
+
+    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord, done: @escaping Routed) {
         let head = exchange.head
-        guard let path = runtime.config.hardening.routablePath(head.path) else { throw .badPath }
+        guard let path = runtime.config.hardening.routablePath(head.path) else { return done(.failure(.badPath)) }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
             record.route = "builtin:" + endpoint.rawValue
-            let body = BodySource(exchange, limit: endpoint.maxBodyBytes, record: record)
-            let request = HTTPRequest(head, body: try await body.read())
-            return try await builtins.handle(endpoint, request, body: body, record: record, offload: offload)
+            return waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> HTTPResponse? in
+                let body = BodySource(exchange, limit: endpoint.maxBodyBytes, record: record)
+                let request = HTTPRequest(head, body: try await body.read())
+                return try await builtins.handle(endpoint, request, body: body, record: record, offload: offload)
+            }
         }
         let route: RouteConfig
         switch runtime.router.match(method: head.method, path: path) {
-        case .notFound: throw .routeNotFound
+        case .notFound: return done(.failure(.routeNotFound))
         case .methodNotAllowed(let matched, let allowed):
             record.route = matched.name
-            throw .methodNotAllowed(allowed: allowed)
+            return done(.failure(.methodNotAllowed(allowed: allowed)))
         case .route(let matched): route = matched
         }
         record.route = route.name
         // Answered without reading the body (the connection then closes rather than skip it).
-        if route.policy == .deny { throw .routeDenied }
+        if route.policy == .deny { return done(.failure(.routeDenied)) }
         // The upstream client's rule, before anything is read: GET and HEAD carry no body.
-        if head.hasBody, !UpstreamRequest.mayCarryBody(head.method) { throw .badRequest("a \(head.method) request cannot carry a body") }
+        if head.hasBody, !UpstreamRequest.mayCarryBody(head.method) {
+            return done(.failure(.badRequest("a \(head.method) request cannot carry a body")))
+        }
         // A declared length over the limit is refused before any other check: it costs nothing to know.
-        if case .contentLength(let length) = head.framing, length > route.maxBodyBytes { throw .bodyTooLarge(limit: route.maxBodyBytes) }
+        if case .contentLength(let length) = head.framing, length > route.maxBodyBytes {
+            return done(.failure(.bodyTooLarge(limit: route.maxBodyBytes)))
+        }
         let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
-        let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
-        let outcome: AssertRoute.Outcome
         switch route.policy {
         case .deny:
-            throw .routeDenied
+            done(.failure(.routeDenied))
         case .pass:
             record.decision = "pass"
-            outcome = AssertRoute.Outcome(identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil), pendingClaim: nil)
+            let identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
+            forward(exchange, runtime: runtime, route: route, body: body, identity: identity, record: record) { done($0.map { _ in nil }) }
         case .assert:
-            // Every header-only check happens before the body is read (inside `decide`).
-            outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
+            let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
+            waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> HTTPResponse? in
+                // Every header-only check happens before the body is read (inside `decide`).
+                let outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
+                let forwarded = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Int, GatewayError>>, Never>) in
+                    forward(exchange, runtime: runtime, route: route, body: body, identity: outcome.identity, record: record) {
+                        continuation.resume(returning: Unchecked($0))
+                    }
+                }
+                switch forwarded.value {
+                case .failure(let error):
+                    await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+                    throw error
+                case .success(let status):
+                    // Only `once_per_device` leaves anything to settle (two async calls a request otherwise).
+                    if outcome.pendingClaim != nil || outcome.inFlight != nil {
+                        await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
+                        await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+                    }
+                }
+                return nil
+            }
         }
-        // A pass route relays the body as it arrives; an assert route has read (and hashed) it already.
+    }
+
+    /// The body (relayed as it arrives on a pass route; an assert route has read and hashed it already), then
+    /// the request forwarded on the loop its connection lives on: `done` gets the upstream's status.
+    private func forward(_ exchange: HTTPExchange, runtime: GatewayRuntime, route: RouteConfig, body: BodySource,
+                         identity: Forwarder.Identity, record: RequestRecord, done: @escaping (Result<Int, GatewayError>) -> Void) {
+        let head = exchange.head
         let upload = route.policy == .pass && head.hasBody ? UpstreamUpload(length: head.framing.declaredLength) : nil
-        let request: HTTPRequest
-        do {
-            if let upload { body.stream(into: upload) }
-            request = HTTPRequest(head, body: upload == nil ? try await body.read() : [])
-        } catch {
-            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
-            throw error
+        let send = { [self] (bytes: [UInt8]) in
+            guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = try? LoopMulti.current() else {
+                return done(.failure(.routeNotFound))
+            }
+            Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
+                      clientAddress: runtime.config.clientAddress)
+                .forward(HTTPRequest(head, body: bytes), exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts,
+                         upload: upload, identity: identity, record: record) { forwarded in
+                    if case .failure = forwarded {
+                        // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
+                        if let failure = body.streamFailure { return done(.failure(failure)) }
+                        record.decision = "upstream_error"
+                    }
+                    done(forwarded)
+                }
         }
-        // The request is forwarded on the loop its connection lives on, by that loop's curl multi handle.
-        guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = try? LoopMulti.current() else {
-            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
-            throw .routeNotFound
+        if let upload {
+            body.stream(into: upload)
+            return send([])
         }
-        let status: Int
-        do {
-            status = try await Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
-                                            clientAddress: runtime.config.clientAddress)
-                .forward(request, exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts, upload: upload,
-                         identity: outcome.identity, record: record)
-        } catch {
-            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
-            // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
-            if let failure = body.streamFailure { throw failure }
-            record.decision = "upstream_error"
-            throw error
+        body.read { read in
+            switch read {
+            case .success(let bytes): send(bytes)
+            case .failure(let error): done(.failure(error))
+            }
         }
-        // Only `once_per_device` leaves anything to settle (two async calls a request otherwise).
-        if outcome.pendingClaim != nil || outcome.inFlight != nil {
-            await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
-            await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
+    }
+
+    /// A step that waits (Redis, Apple, Google, a body read whole before a decision) runs as a task on the
+    /// exchange's loop; `done` is told its result there.
+    private func waiting(on loop: EventLoop, _ done: @escaping Routed, _ step: @escaping () async throws(GatewayError) -> HTTPResponse?) {
+        let (done, step) = (Unchecked(done), Unchecked(step))
+        Task(executorPreference: loop) {
+            do throws(GatewayError) {
+                done.value(.success(try await step.value()))
+            } catch {
+                done.value(.failure(error))
+            }
         }
-        return nil
     }
 
     /// Runs a blocking step (Redis, Apple) on the blocking pool; the request's task waits without a thread.
