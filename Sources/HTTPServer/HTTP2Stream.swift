@@ -199,11 +199,9 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         self.exchange = exchange
         headOnly = method == "HEAD"
         shared.requestStarted()
-        let handler = shared.handler
-        Task(executorPreference: loop) {
-            await handler.handle(exchange)
-            self.handlerReturned()
-        }
+        // On the loop's next turn, not inside nghttp2's callback: a stream reset in the same read (rapid reset)
+        // is gone by then, and its request never reaches the upstream.
+        loop.executeOnLoop { [self] in shared.handler.start(exchange) { [self] in handlerReturned() } }
     }
 
     /// Refused before the handler: answered, reported for logs and metrics, as the HTTP/1.1 side does.

@@ -5,7 +5,7 @@ import Upstream
 /// One client connection on its loop: reads and strictly checks request heads, frames bodies with
 /// libhttp-parser, runs one exchange at a time (pipelined requests wait, bounded), writes responses with
 /// back-pressure, and enforces the header, body, keep-alive and send timeouts. Confined to its loop's
-/// thread (the unchecked Sendable lets the exchange's task, which runs on that loop, hold it).
+/// thread (the unchecked Sendable lets a handler's task, which runs on that loop, hold it).
 final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, ExchangeChannel, ServerConnection, @unchecked Sendable {
     /// The transport: the TCP connection itself, or TLS over it (the same reads, writes and back-pressure).
     private let socket: any ByteStream
@@ -310,11 +310,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         timer.stop()
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         shared.requestStarted()
-        let handler = shared.handler
-        Task(executorPreference: loop) {
-            await handler.handle(exchange)
-            self.handlerReturned(exchange)
-        }
+        // Answered from here where nothing waits; a handler that waits starts its own task.
+        shared.handler.start(exchange) { [self] in handlerReturned(exchange) }
     }
 
     /// Path and query, split at the first "?" of the target's bytes.

@@ -1,3 +1,4 @@
+import EventLoop
 import Foundation
 import Upstream
 
@@ -109,10 +110,12 @@ public struct HTTPResponse {
     }()
 }
 
-/// Answers requests. `handle` runs as a task on the event loop that owns the connection: it must not
-/// block (hand blocking work to a `BlockingPool`), and it answers through the exchange.
+/// Answers requests on the event loop that owns the connection: it must not block (hand blocking work to a
+/// `BlockingPool`), and it answers through the exchange.
 public protocol HTTPHandler: AnyObject, Sendable {
-    func handle(_ exchange: HTTPExchange) async
+    /// Starts answering `exchange`, on its loop; `done` once, when the handler has let go of it (the response
+    /// may still be going out). Where nothing waits, all of it may happen before this returns: no task.
+    func start(_ exchange: HTTPExchange, done: @escaping () -> Void)
     /// The server answered `status` itself (bad framing, bad target, limits): for logs and metrics.
     func rejected(method: String, target: String, clientAddress: String, status: Int, reason: String)
     /// Whether connections from this peer address are exempt from `perIPConnectionLimit` (a trusted proxy's).
@@ -130,8 +133,23 @@ extension HTTPHandler {
     public func http2Protection(reason: String) {}
 }
 
+/// A handler written as one async function: each request is a task on its connection's loop.
+public protocol AsyncHTTPHandler: HTTPHandler {
+    func handle(_ exchange: HTTPExchange) async
+}
+
+extension AsyncHTTPHandler {
+    public func start(_ exchange: HTTPExchange, done: @escaping () -> Void) {
+        let done = Unchecked(done)
+        Task(executorPreference: exchange.loop) { [self] in
+            await handle(exchange)
+            done.value()
+        }
+    }
+}
+
 /// A handler that takes a whole request and gives a whole response: built-in endpoints, admin, tests.
-public protocol WholeRequestHandler: HTTPHandler {
+public protocol WholeRequestHandler: AsyncHTTPHandler {
     /// Largest body read for this request (413 beyond it).
     func maxBodyBytes(for head: RequestHead) -> Int
     func respond(to request: HTTPRequest) async -> HTTPResponse

@@ -385,7 +385,7 @@ final class HTTPServerTests: XCTestCase {
 }
 
 /// Streams the request body and answers "<pieces> <bytes>": how it reached the consumer.
-private final class PieceCounter: HTTPHandler, @unchecked Sendable {
+private final class PieceCounter: AsyncHTTPHandler, @unchecked Sendable {
     func handle(_ exchange: HTTPExchange) async {
         let counts = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
             var pieces = 0, bytes = 0

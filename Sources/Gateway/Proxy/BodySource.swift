@@ -39,7 +39,9 @@ final class BodySource {
         }, end: { [self] error in
             guard let error else { return upload.finish() }
             if case .tooLarge(let limit) = error { streamFailure = .bodyTooLarge(limit: limit) } else { streamFailure = .body(error) }
-            upload.abort()
+            // The upstream exchange fails (and the forward answers) on the loop's next turn: this is called from
+            // inside the connection's handling of the failure, which it finishes first.
+            exchange.loop.executeOnLoop { upload.abort() }
         })
     }
 

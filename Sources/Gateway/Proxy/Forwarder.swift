@@ -54,6 +54,12 @@ struct Forwarder {
             }
             record.upstreamStatus = stream.status
             record.upstreamAddr = stream.remoteAddress
+            // The client left while the upstream answered: nothing to relay to (a relay would wait for a
+            // writable client forever).
+            if exchange.isClientGone {
+                stream.cancel()
+                return done(.success(stream.status))
+            }
             // The gateway's request id replaces any the upstream echoes; the upstream's length is kept.
             let (headers, length) = ForwardingRules.clientResponse(stream.headers, requestId: record.requestId)
             guard exchange.startResponse(status: stream.status, headers: headers, contentLength: length) else {
@@ -84,7 +90,9 @@ struct Forwarder {
         exchange.onWritable = { stream.resume() }
         exchange.onClientGone = {
             stream.cancel()
-            finish()
+            // Called from inside the connection's own ending (which logs the exchange next): the forward
+            // ends on the loop's next turn, not in the middle of that.
+            exchange.loop.executeOnLoop(finish)
         }
         stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
             if let error {

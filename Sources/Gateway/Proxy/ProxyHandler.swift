@@ -50,15 +50,9 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         metrics.increment("gateway_http2_protections_total", ["reason": reason], help: MetricHelp.http2Protections)
     }
 
-    public func handle(_ exchange: HTTPExchange) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            start(exchange) { continuation.resume() }
-        }
-    }
-
-    /// Answers on the exchange's loop; `done` once the handler has let go of it. Plain callbacks where
-    /// nothing waits (pass, deny, not found, errors); a task only for a step that does (`waiting`).
-    func start(_ exchange: HTTPExchange, done: @escaping () -> Void) {
+    /// Plain callbacks where nothing waits (pass, deny, not found, errors); a task only for a step that does
+    /// (`waiting`).
+    public func start(_ exchange: HTTPExchange, done: @escaping () -> Void) {
         let runtime = self.runtime
         let head = exchange.head
         let record = RequestRecord(requestId: RequestID.accept(head.headers),
