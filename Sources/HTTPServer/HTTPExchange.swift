@@ -130,15 +130,23 @@ public final class HTTPExchange: @unchecked Sendable {
     public let loop: EventLoop
     private let connection: any ExchangeChannel
     /// Body bytes handed to the socket so far (the head excluded).
-    public internal(set) var bytesSent = 0
-    public internal(set) var status: Int?
+    public internal(set) var bytesSent: Int { get { sent } set { sent = newValue } }
+    public internal(set) var status: Int? { get { answered } set { answered = newValue } }
     /// Called once, when the response was fully written (or failed, or the client left).
-    public var onFinished: ((ExchangeOutcome) -> Void)?
+    public var onFinished: ((ExchangeOutcome) -> Void)? { get { finishedCallback } set { finishedCallback = newValue } }
     /// Called once if the client disappears (or stops reading past `send_timeout_ms`) before the end:
     /// whoever produces the body should stop.
-    public var onClientGone: (() -> Void)?
+    public var onClientGone: (() -> Void)? { get { goneCallback } set { goneCallback = newValue } }
     /// Called when a stream that `writeBody` reported full can take more.
-    public var onWritable: (() -> Void)?
+    public var onWritable: (() -> Void)? { get { writableCallback } set { writableCallback = newValue } }
+
+    // The storage of the properties above: a public stored property keeps Swift's dynamic exclusivity checks
+    // (other modules could access it), private storage lets the whole-module build drop them (a few a request).
+    private var sent = 0
+    private var answered: Int?
+    private var finishedCallback: ((ExchangeOutcome) -> Void)?
+    private var goneCallback: (() -> Void)?
+    private var writableCallback: (() -> Void)?
 
     init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel) {
         self.head = head
@@ -148,9 +156,9 @@ public final class HTTPExchange: @unchecked Sendable {
 
     /// The exchange is over: its callbacks are dropped, then `onFinished` is told how (once; the owner makes sure).
     func finished(_ outcome: ExchangeOutcome) {
-        let callback = onFinished
-        onFinished = nil
-        onWritable = nil
+        let callback = finishedCallback
+        finishedCallback = nil
+        writableCallback = nil
         callback?(outcome)
     }
 

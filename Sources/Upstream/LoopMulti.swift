@@ -55,13 +55,27 @@ public final class LoopMulti: @unchecked Sendable {
     /// The multi handle of the loop running this code, made on first use; nil off the loops.
     public static func current() throws(UpstreamError) -> LoopMulti? {
         guard let loop = EventLoop.current else { return nil }
-        return try perLoop.withLock { (table) throws(UpstreamError) -> LoopMulti in
+        // The thread's last answer, without the table's lock (taken once a request otherwise). Handles are
+        // never removed from the table, so the unretained reference stays valid.
+        if let cached = pthread_getspecific(threadCache) {
+            let multi = Unmanaged<LoopMulti>.fromOpaque(cached).takeUnretainedValue()
+            if multi.loop === loop { return multi }
+        }
+        let multi = try perLoop.withLock { (table) throws(UpstreamError) -> LoopMulti in
             if let existing = table[ObjectIdentifier(loop)] { return existing }
             let made = try LoopMulti(loop: loop, maxConnections: max(1, idleConnectionsPerLoop.withLock { $0 }))
             table[ObjectIdentifier(loop)] = made
             return made
         }
+        pthread_setspecific(threadCache, Unmanaged.passUnretained(multi).toOpaque())
+        return multi
     }
+
+    private static let threadCache: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
 
     /// Runs `transfer` (prepared) on this loop; its callbacks report progress.
     func add(_ transfer: CurlTransfer) throws(UpstreamError) {
