@@ -162,16 +162,20 @@ public final class HTTPExchange: @unchecked Sendable {
         callback?(outcome)
     }
 
+    /// The whole body when there is nothing to wait for (no body, or one read already); nil when it has to be
+    /// read (`readBody`).
+    public func bodyAtOnce(limit: Int) -> Result<[UInt8], BodyReadError>? { connection.bodyAtOnce(limit: limit) }
+
     /// The whole body, up to `limit` bytes, to `done`: at once when there is nothing to wait for (no body,
     /// or one read already). Sends `100 Continue` first when the client asked for it.
     public func readBody(limit: Int, _ done: @escaping (Result<[UInt8], BodyReadError>) -> Void) {
-        if let result = connection.bodyAtOnce(limit: limit) { return done(result) }
+        if let result = bodyAtOnce(limit: limit) { return done(result) }
         connection.readBody(limit: limit, done)
     }
 
     /// `readBody` for async callers.
     public func readBody(limit: Int) async throws(BodyReadError) -> [UInt8] {
-        if let result = connection.bodyAtOnce(limit: limit) { return try result.get() }
+        if let result = bodyAtOnce(limit: limit) { return try result.get() }
         let result = await withCheckedContinuation { continuation in
             connection.readBody(limit: limit) { continuation.resume(returning: Unchecked($0)) }
         }

@@ -48,17 +48,20 @@ final class BodySource {
     /// The whole body to `done`: at once when it is in hand or there is none, else once it has arrived.
     func read(_ done: @escaping (Result<[UInt8], GatewayError>) -> Void) {
         if let bytes { return done(.success(bytes)) }
-        exchange.readBody(limit: limit) { [self] result in
-            switch result {
-            case .success(let body):
-                record.bytesIn = body.count
-                bytes = body
-                done(.success(body))
-            case .failure(.tooLarge(let limit)):
-                done(.failure(.bodyTooLarge(limit: limit)))
-            case .failure(let error):
-                done(.failure(.body(error)))
-            }
+        if let result = exchange.bodyAtOnce(limit: limit) { return done(took(result)) }
+        exchange.readBody(limit: limit) { [self] result in done(took(result)) }
+    }
+
+    private func took(_ result: Result<[UInt8], BodyReadError>) -> Result<[UInt8], GatewayError> {
+        switch result {
+        case .success(let body):
+            record.bytesIn = body.count
+            bytes = body
+            return .success(body)
+        case .failure(.tooLarge(let limit)):
+            return .failure(.bodyTooLarge(limit: limit))
+        case .failure(let error):
+            return .failure(.body(error))
         }
     }
 

@@ -34,23 +34,20 @@ struct Forwarder {
                                        headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
                                        body: request.body)
         let start = DispatchTime.now().uptimeNanoseconds
-        let failed = { [metrics] (error: UpstreamError) in
-            record.upstreamMs = RequestRecord.milliseconds(since: start)
-            metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
-                              help: "Upstream requests that failed before a response.")
-            done(.failure(GatewayError(error)))
-        }
         upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
-                             upload: upload) { opened in
+                             upload: upload) { [metrics] opened in
             let stream: UpstreamStream
             switch opened {
-            case .failure(let error): return failed(error)
-            case .success(let opened): stream = opened
+            case .success(let opened):
+                stream = opened
+            case .failure(let error):
+                return done(.failure(Self.failed(error, upstream: upstream, since: start, record: record, metrics: metrics)))
             }
             // Thousands of names in Connection only make the header rules work: the upstream is broken.
             if ConnectionTokens.exceedLimit(stream.headers) {
                 stream.cancel()
-                return failed(.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names"))
+                let error = UpstreamError.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names")
+                return done(.failure(Self.failed(error, upstream: upstream, since: start, record: record, metrics: metrics)))
             }
             record.upstreamStatus = stream.status
             record.upstreamAddr = stream.remoteAddress
@@ -68,42 +65,62 @@ struct Forwarder {
                 record.reason = "invalid_response_header"
                 return done(.success(500))
             }
-            Self.relay(stream, to: exchange, record: record) {
+            Relay(stream, to: exchange) {
                 record.upstreamMs = RequestRecord.milliseconds(since: start)
                 done(.success(stream.status))
-            }
+            }.run(record: record)
         }
+    }
+
+    /// An upstream exchange that failed before a response: timed, counted, and the client's error.
+    private static func failed(_ error: UpstreamError, upstream: UpstreamBinding, since start: UInt64, record: RequestRecord,
+                               metrics: Metrics) -> GatewayError {
+        record.upstreamMs = RequestRecord.milliseconds(since: start)
+        metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
+                          help: "Upstream requests that failed before a response.")
+        return GatewayError(error)
     }
 
     /// Body bytes go to the client as the upstream delivers them; when the client's buffer is full the
     /// upstream is paused, and resumed when it drained. A client that leaves cancels the upstream exchange.
     /// `done` comes once, when the relay is over either way.
-    private static func relay(_ stream: UpstreamStream, to exchange: HTTPExchange, record: RequestRecord, done: @escaping () -> Void) {
-        var over = false
-        let finish = {
-            guard !over else { return }
-            over = true
+    private final class Relay {
+        private let stream: UpstreamStream
+        private let exchange: HTTPExchange
+        private var done: (() -> Void)?
+
+        init(_ stream: UpstreamStream, to exchange: HTTPExchange, done: @escaping () -> Void) {
+            (self.stream, self.exchange, self.done) = (stream, exchange, done)
+        }
+
+        /// The relay's callbacks hold it until it ends.
+        func run(record: RequestRecord) {
+            exchange.onWritable = { [stream] in stream.resume() }
+            exchange.onClientGone = { [self] in
+                stream.cancel()
+                // Called from inside the connection's own ending (which logs the exchange next): the forward
+                // ends on the loop's next turn, not in the middle of that.
+                exchange.loop.executeOnLoop(finish)
+            }
+            stream.relay(body: { [exchange] bytes in exchange.writeBody(bytes) }, end: { [self] error in
+                if let error {
+                    record.reason = error.reasonCode
+                    record.detail = error.description
+                    exchange.abort(.upstreamAborted)
+                } else {
+                    exchange.endResponse()
+                }
+                finish()
+            })
+        }
+
+        private func finish() {
+            guard let done else { return }
+            self.done = nil
             exchange.onWritable = nil
             exchange.onClientGone = nil
             done()
         }
-        exchange.onWritable = { stream.resume() }
-        exchange.onClientGone = {
-            stream.cancel()
-            // Called from inside the connection's own ending (which logs the exchange next): the forward
-            // ends on the loop's next turn, not in the middle of that.
-            exchange.loop.executeOnLoop(finish)
-        }
-        stream.relay(body: { bytes in exchange.writeBody(bytes) }, end: { error in
-            if let error {
-                record.reason = error.reasonCode
-                record.detail = error.description
-                exchange.abort(.upstreamAborted)
-            } else {
-                exchange.endResponse()
-            }
-            finish()
-        })
     }
 
     /// The client's list in header `name` with `value` appended (just `value` when the client sent none).
