@@ -68,6 +68,8 @@ final class BodySource {
     /// `read` for async callers (assert routes, built-in endpoints).
     func read() async throws(GatewayError) -> [UInt8] {
         if let bytes { return bytes }
+        // Nothing to wait for: no suspension either.
+        if let result = exchange.bodyAtOnce(limit: limit) { return try took(result).get() }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<[UInt8], GatewayError>>, Never>) in
             read { continuation.resume(returning: Unchecked($0)) }
         }
