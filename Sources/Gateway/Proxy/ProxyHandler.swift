@@ -65,11 +65,11 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
             record.outcome = outcome
             record.finish(log: log, metrics: metrics)
         }
-        route(exchange, runtime: runtime, record: record) { [self] routed in
-            switch routed {
-            case .success(nil): done()
-            case .success(let response?): exchange.send(response, then: done)
-            case .failure(let error): exchange.send(errorResponse(error, record: record), then: done)
+        route(exchange, runtime: runtime, record: record) { [self] answer in
+            switch answer {
+            case .relayed: done()
+            case .response(let response): exchange.send(response, then: done)
+            case .failed(let error): exchange.send(errorResponse(error, record: record), then: done)
             }
         }
     }
@@ -89,95 +89,107 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         return response
     }
 
-    /// Routed is the response to send, or nil when the upstream's was relayed already.
-    private typealias Routed = (Result<HTTPResponse?, GatewayError>) -> Void
+    /// How the handler's part of a request ended.
+    private enum Answer {
+        /// The upstream's response was relayed (with this status).
+        case relayed(status: Int)
+        /// This response is to be sent.
+        case response(HTTPResponse)
+        /// The request ends with this error's response.
+        case failed(GatewayError)
+    }
 
-    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord, done: @escaping Routed) {
+    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord, done: @escaping (Answer) -> Void) {
         let head = exchange.head
-        guard let path = runtime.config.hardening.routablePath(head.path) else { return done(.failure(.badPath)) }
+        guard let path = runtime.config.hardening.routablePath(head.path) else { return done(.failed(.badPath)) }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
             record.route = "builtin:" + endpoint.rawValue
-            return waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> HTTPResponse? in
+            return waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> Answer in
                 let body = BodySource(exchange, limit: endpoint.maxBodyBytes, record: record)
                 let request = HTTPRequest(head, body: try await body.read())
-                return try await builtins.handle(endpoint, request, body: body, record: record, offload: offload)
+                return .response(try await builtins.handle(endpoint, request, body: body, record: record, offload: offload))
             }
         }
         let route: RouteConfig
         switch runtime.router.match(method: head.method, path: path) {
-        case .notFound: return done(.failure(.routeNotFound))
+        case .notFound: return done(.failed(.routeNotFound))
         case .methodNotAllowed(let matched, let allowed):
             record.route = matched.name
-            return done(.failure(.methodNotAllowed(allowed: allowed)))
+            return done(.failed(.methodNotAllowed(allowed: allowed)))
         case .route(let matched): route = matched
         }
         record.route = route.name
         // Answered without reading the body (the connection then closes rather than skip it).
-        if route.policy == .deny { return done(.failure(.routeDenied)) }
+        if route.policy == .deny { return done(.failed(.routeDenied)) }
         // The upstream client's rule, before anything is read: GET and HEAD carry no body.
         if head.hasBody, !UpstreamRequest.mayCarryBody(head.method) {
-            return done(.failure(.badRequest("a \(head.method) request cannot carry a body")))
+            return done(.failed(.badRequest("a \(head.method) request cannot carry a body")))
         }
         // A declared length over the limit is refused before any other check: it costs nothing to know.
         if case .contentLength(let length) = head.framing, length > route.maxBodyBytes {
-            return done(.failure(.bodyTooLarge(limit: route.maxBodyBytes)))
+            return done(.failed(.bodyTooLarge(limit: route.maxBodyBytes)))
         }
         let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
         switch route.policy {
         case .deny:
-            done(.failure(.routeDenied))
+            done(.failed(.routeDenied))
         case .pass:
             record.decision = "pass"
             let identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
-            forward(exchange, runtime: runtime, route: route, body: body, identity: identity, record: record) { done($0.map { _ in nil }) }
+            forward(exchange, runtime: runtime, route: route, body: body, identity: identity, record: record, done: done)
         case .assert:
             let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
-            waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> HTTPResponse? in
+            waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> Answer in
                 // Every header-only check happens before the body is read (inside `decide`).
                 let outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
-                let forwarded = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<Int, GatewayError>>, Never>) in
+                let forwarded = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Answer>, Never>) in
                     forward(exchange, runtime: runtime, route: route, body: body, identity: outcome.identity, record: record) {
                         continuation.resume(returning: Unchecked($0))
                     }
                 }
                 switch forwarded.value {
-                case .failure(let error):
+                case .failed(let error):
                     await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
                     throw error
-                case .success(let status):
+                case .relayed(let status):
                     // Only `once_per_device` leaves anything to settle (two async calls a request otherwise).
                     if outcome.pendingClaim != nil || outcome.inFlight != nil {
                         await assertRoute.afterUpstream(status: status, outcome: outcome, route: route, record: record)
                         await assertRoute.release(inFlight: outcome.inFlight, route: route, record: record)
                     }
+                case .response:
+                    break
                 }
-                return nil
+                return forwarded.value
             }
         }
     }
 
     /// The body (relayed as it arrives on a pass route; an assert route has read and hashed it already), then
-    /// the request forwarded on the loop its connection lives on: `done` gets the upstream's status.
+    /// the request forwarded on the loop its connection lives on: `done` is told once it was relayed, or why not.
     private func forward(_ exchange: HTTPExchange, runtime: GatewayRuntime, route: RouteConfig, body: BodySource,
-                         identity: Forwarder.Identity, record: RequestRecord, done: @escaping (Result<Int, GatewayError>) -> Void) {
+                         identity: Forwarder.Identity, record: RequestRecord, done: @escaping (Answer) -> Void) {
         let head = exchange.head
         let upload = route.policy == .pass && head.hasBody ? UpstreamUpload(length: head.framing.declaredLength) : nil
         let send = { [self] (bytes: [UInt8]) in
             guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = try? LoopMulti.current() else {
-                return done(.failure(.routeNotFound))
+                return done(.failed(.routeNotFound))
             }
             Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
                       clientAddress: runtime.config.clientAddress)
                 .forward(HTTPRequest(head, body: bytes), exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts,
                          upload: upload, identity: identity, record: record) { forwarded in
-                    if case .failure = forwarded {
+                    switch forwarded {
+                    case .success(let status):
+                        done(.relayed(status: status))
+                    case .failure(let error):
                         // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
-                        if let failure = body.streamFailure { return done(.failure(failure)) }
+                        if let failure = body.streamFailure { return done(.failed(failure)) }
                         record.decision = "upstream_error"
+                        done(.failed(error))
                     }
-                    done(forwarded)
                 }
         }
         if let upload {
@@ -187,20 +199,20 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         body.read { read in
             switch read {
             case .success(let bytes): send(bytes)
-            case .failure(let error): done(.failure(error))
+            case .failure(let error): done(.failed(error))
             }
         }
     }
 
     /// A step that waits (Redis, Apple, Google, a body read whole before a decision) runs as a task on the
     /// exchange's loop; `done` is told its result there.
-    private func waiting(on loop: EventLoop, _ done: @escaping Routed, _ step: @escaping () async throws(GatewayError) -> HTTPResponse?) {
+    private func waiting(on loop: EventLoop, _ done: @escaping (Answer) -> Void, _ step: @escaping () async throws(GatewayError) -> Answer) {
         let (done, step) = (Unchecked(done), Unchecked(step))
         Task(executorPreference: loop) {
             do throws(GatewayError) {
-                done.value(.success(try await step.value()))
+                done.value(try await step.value())
             } catch {
-                done.value(.failure(error))
+                done.value(.failed(error))
             }
         }
     }
