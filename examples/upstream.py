@@ -13,7 +13,7 @@ Routes:
   GET /status/{code}            that status (200–999: 600 and up is what a broken upstream sends)
   GET /healthz                  200
   GET /response-headers?k=v&... each query pair sent back as a response header, repeats kept in order
-  GET /bytes?n=N[&chunked=1]    N deterministic bytes (byte i is i % 251)
+  GET /bytes?n=N[&chunked=1][&ms=M]  N deterministic bytes (byte i is i % 251), after M ms
   GET /early-hints              a 103 interim response, then 200
   GET /truncated                promises 100 bytes, sends 10, closes
   GET /garbage                  a reply that is not HTTP
@@ -171,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def bytes(self):
+        time.sleep(int(self.query.get("ms", 0)) / 1000)
         count = int(self.query.get("n", 0))
         data = bytes(i % 251 for i in range(count))
         if self.query.get("chunked") != "1":

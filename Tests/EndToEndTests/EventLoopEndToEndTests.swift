@@ -259,6 +259,33 @@ final class EventLoopEndToEndTests: XCTestCase {
         }
     }
 
+    /// A client that leaves while the upstream is still to answer: the answer, when it comes, is dropped with its
+    /// upstream connection, and the client's connection closes (relayed, it would wait for the gone client forever).
+    func testAnAnswerForAClientThatLeftIsDroppedAndItsConnectionsClosed() throws {
+        let env = try start()
+        let warm = try RawHTTPClient(port: env.gateway.port)
+        try warm.send("GET /status/200 HTTP/1.1\r\nHost: t\r\n\r\n")
+        XCTAssertEqual(try warm.readResponse().status, 200)
+        warm.disconnect()
+        let before = try openDescriptors(env)
+        let leaving = try (0..<8).map { _ in try RawHTTPClient(port: env.gateway.port) }
+        // More than the upstream socket's buffers hold: its connection waits on the gateway's reading.
+        for client in leaving { try client.send("GET /bytes?n=2000000&ms=300 HTTP/1.1\r\nHost: t\r\n\r\n") }
+        XCTAssertTrue(try env.waitForInFlightRequests(atLeast: leaving.count), "the slow requests reached the gateway")
+        for client in leaving { client.disconnect() }
+        let deadline = Date().addingTimeInterval(10)
+        var now = try openDescriptors(env)
+        while now > before + 2, Date() < deadline {
+            usleep(50_000)
+            now = try openDescriptors(env)
+        }
+        XCTAssertLessThanOrEqual(now, before + 2, "descriptors: \(before) before, \(now) after the answers came")
+    }
+
+    private func openDescriptors(_ env: GatewayEnvironment) throws -> Int {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(env.gateway.process.process.processIdentifier)/fd").count
+    }
+
     private func errorReason(_ response: RawHTTPClient.Response) -> String? {
         (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String])?["error"]
     }
