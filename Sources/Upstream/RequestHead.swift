@@ -20,13 +20,12 @@ extension UpstreamRequest {
     /// and desynchronise the kept-alive connection), then the framing. Nothing else is added: no Accept, no
     /// User-Agent, no Expect (as the curl requests with their overrides). `validate()` ran before.
     func appendHead(to out: inout [UInt8], endpoint: PlainHTTPEndpoint, framing: BodyFraming) {
-        // Names are compared only where their length matches one of the three; the room is made once.
+        // The room is made once; names are told by the code they were classified with.
         var hasHost = false, size = method.utf8.count + endpoint.pathPrefix.utf8.count + pathAndQuery.utf8.count
             + endpoint.headTail.count + 48
         for field in headers {
-            let length = field.name.utf8.count
-            size += length + field.value.utf8.count + 4
-            if length == 4, !hasHost { hasHost = field.hasName("Host") }
+            size += field.name.utf8.count + field.value.utf8.count + 4
+            hasHost = hasHost || field.known == .host
         }
         out.reserveCapacity(out.count + size)
         out.appendUTF8(method)
@@ -34,9 +33,7 @@ extension UpstreamRequest {
         if !endpoint.pathPrefix.isEmpty { out.appendUTF8(endpoint.pathPrefix) }
         out.appendUTF8(pathAndQuery)
         out.append(contentsOf: hasHost ? PlainHTTPEndpoint.versionLine : endpoint.headTail)
-        for field in headers {
-            let length = field.name.utf8.count
-            if (length == 14 && field.hasName("Content-Length")) || (length == 17 && field.hasName("Transfer-Encoding")) { continue }
+        for field in headers where field.known != .contentLength && field.known != .transferEncoding {
             out.appendUTF8(field.name)
             out.append(UInt8(ascii: ":"))
             if !field.value.isEmpty {

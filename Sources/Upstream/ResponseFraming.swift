@@ -35,7 +35,7 @@ struct ResponseHead {
         if known != .other, Self.same(name, known.spelling) {
             fields.append(HTTPField(known, text))
         } else {
-            fields.append(HTTPField(String(decoding: name, as: UTF8.self), text))
+            fields.append(HTTPField(name: UnsafeRawBufferPointer(name), value: text))
         }
     }
 

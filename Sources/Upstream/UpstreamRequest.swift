@@ -114,9 +114,11 @@ extension UpstreamRequest {
         else {
             throw .invalidRequest("request target \"\(pathAndQuery)\" must start with / and be printable ASCII")
         }
-        // By index: a `for field in` copy retains and releases its two Strings.
+        // By index: a `for field in` copy retains and releases its two Strings. A known name is a token already
+        // (its spelling's letters in either case, and "-"): only other names are scanned.
         for index in headers.indices {
-            guard !headers[index].name.isEmpty, headers[index].name.allBytes(HTTPField.isTokenByte) else {
+            guard headers[index].known != .other
+                    || (!headers[index].name.isEmpty && headers[index].name.allBytes(HTTPField.isTokenByte)) else {
                 throw .invalidRequest("header name \"\(headers[index].name)\" is not an HTTP token")
             }
             guard headers[index].value.allBytes({ $0 != 0x0D && $0 != 0x0A && $0 != 0 }) else {
