@@ -311,6 +311,13 @@ final class SimulatorReasonTests: XCTestCase {
         assertReason(.clientDataInvalid, try ClientData.parse(object(path: [0x2F, 0xC3, 0x28])), "invalid UTF-8")
         assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: #","path":"/b""#)), "a repeated member")
         assertReason(.clientDataInvalid, try ClientData.parse(Array(object(path: Array("/a".utf8)).dropLast(2))), "an unterminated string")
+        // Past the members found by a scan the names go into a set: a repeat there, or spelled with an escape, is still one.
+        let many = (0..<40).map { #","m\#($0)":\#($0)"# }.joined()
+        XCTAssertEqual(try ClientData.parse(object(path: Array("/a".utf8), extra: many)).path, "/a")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: many + #","m7":1"#)), "a repeat among many")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: many + #","p\u0061th":"/b""#)),
+                     "an escaped repeat among many")
+        assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: #","m":1,"\u006d":2"#)), "an escaped repeat")
     }
 
     // MARK: TestCA persistence

@@ -47,6 +47,13 @@ final class AssertRouteTests: XCTestCase, SharedGatewayTests {
         XCTAssertEqual(logged?["decision"] as? String, "verified")
         XCTAssertEqual(logged?["counter"] as? Int, 1)
         XCTAssertEqual(logged?["upstream_status"] as? Int, 200)
+
+        // The key is cached now: the next assertion counts a hit.
+        let hit = "gateway_key_cache_total{result=\"hit\"}"
+        let hits = MetricsText.sample(hit, in: try env.admin("/metrics").text) ?? 0
+        XCTAssertEqual(try app.send(app.signed("GET", "/secure/orders")).status, 200)
+        let metrics = try env.metrics { (MetricsText.sample(hit, in: $0) ?? 0) >= hits + 1 }
+        XCTAssertEqual(MetricsText.sample(hit, in: metrics), hits + 1, metrics)
     }
 
     func testReplayedRequestIsRejected() throws {

@@ -141,10 +141,10 @@ struct AssertGate {
         }
         var found: ([UInt8], KeyCache.Entry)?
         if let hit = candidates.lazy.compactMap({ candidate in self.cachedKey(candidate.keyId, count: false).map { (candidate.keyId, $0) } }).first {
-            metrics.increment("gateway_key_cache_total", ["result": "hit"], help: "Public key cache lookups.")
+            countCache(hit: true)
             found = hit
         } else {
-            metrics.increment("gateway_key_cache_total", ["result": "miss"], help: "Public key cache lookups.")
+            countCache(hit: false)
             for candidate in candidates where found == nil {
                 if let entry = try await loadKey(candidate.keyId) { found = (candidate.keyId, entry) }
             }
@@ -157,8 +157,17 @@ struct AssertGate {
 
     private func cachedKey(_ keyId: [UInt8], count: Bool = true) -> KeyCache.Entry? {
         let entry = keyCache.entry(for: keyId)
-        if count { metrics.increment("gateway_key_cache_total", ["result": entry == nil ? "miss" : "hit"], help: "Public key cache lookups.") }
+        if count { countCache(hit: entry != nil) }
         return entry
+    }
+
+    /// The two series named once: rendering the labels and finding the series per lookup cost ~6,000
+    /// instructions a request.
+    private static let cacheHits = Metrics.Series("gateway_key_cache_total", ["result": "hit"], help: MetricHelp.keyCache)
+    private static let cacheMisses = Metrics.Series("gateway_key_cache_total", ["result": "miss"], help: MetricHelp.keyCache)
+
+    private func countCache(hit: Bool) {
+        metrics.record { $0.count(hit ? Self.cacheHits : Self.cacheMisses) }
     }
 
     /// Reads the key from Redis and caches it; nil when it is not registered.
