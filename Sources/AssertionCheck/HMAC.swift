@@ -6,11 +6,13 @@ public struct HMACSHA256: Sendable, CustomStringConvertible, CustomReflectable {
     private let inner: SHA256.Midstate
     private let outer: SHA256.Midstate
 
-    /// Keys longer than SHA-256's 64-byte block are hashed first, as RFC 2104 says.
-    public init(key: [UInt8]) {
+    /// Keys longer than SHA-256's 64-byte block are hashed first, as RFC 2104 says. `messagePrefix`: the
+    /// start of every message MAC'd with this value (a domain label), hashed once here rather than
+    /// prepended to each message.
+    public init(key: [UInt8], messagePrefix: [UInt8] = []) {
         var block = key.count > 64 ? SHA256.hash(key) : key
         block += [UInt8](repeating: 0, count: 64 - block.count)
-        inner = SHA256.Midstate(prefix: block.map { $0 ^ 0x36 })
+        inner = SHA256.Midstate(prefix: block.map { $0 ^ 0x36 } + messagePrefix)
         outer = SHA256.Midstate(prefix: block.map { $0 ^ 0x5C })
     }
 
@@ -18,6 +20,11 @@ public struct HMACSHA256: Sendable, CustomStringConvertible, CustomReflectable {
     public var customMirror: Mirror { Mirror(self, children: []) }
 
     public func mac(_ message: [UInt8]) -> [UInt8] {
-        outer.hash(inner.hash(message))
+        mac(message[...])
+    }
+
+    /// The MAC of `messagePrefix || first || second`, without building the message.
+    public func mac(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
+        outer.hash(inner.hash(first, second)[...])
     }
 }

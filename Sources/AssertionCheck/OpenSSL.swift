@@ -42,13 +42,15 @@ public enum SHA256 {
             self.context = context
         }
 
-        /// SHA256(prefix || rest).
-        public func hash(_ rest: [UInt8]) -> [UInt8] {
+        /// SHA256(prefix || first || second), the parts hashed where they are.
+        public func hash(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
             var context = self.context
-            var digest = [UInt8](repeating: 0, count: 32)
-            rest.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
-            digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
-            return digest
+            first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+            if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
+            return [UInt8](unsafeUninitializedCapacity: 32) { digest, initialized in
+                _ = SHA256_Final(digest.baseAddress, &context)
+                initialized = 32
+            }
         }
     }
 }

@@ -74,6 +74,10 @@ final class KeyRecoveryTests: XCTestCase {
             XCTAssertEqual(Bytes.hex(hmac.mac(Array(message.utf8))), expected)
             _ = hmac.mac(Array("another message".utf8))
         }
+        // A message prefix hashed up front, and a message in two parts, MAC the same bytes.
+        let utf8 = Array(message.utf8)
+        XCTAssertEqual(Bytes.hex(HMACSHA256(key: key, messagePrefix: Array(utf8[..<10])).mac(utf8[10..<20], Array(utf8[20...]))), expected)
+        XCTAssertEqual(Bytes.hex(HMACSHA256(key: cases[2].0, messagePrefix: Array(cases[2].1.utf8)).mac([])), cases[2].2)
     }
 
     private func hex(_ text: String) -> [UInt8] {

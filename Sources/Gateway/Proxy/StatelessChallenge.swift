@@ -30,7 +30,8 @@ struct ChallengeCodec: Sendable {
     static let encodedLength = 72
     /// Added to a spent challenge's record so a gateway whose clock is a little behind still finds it.
     static let clockSkewMs = 5_000
-    private static let domain = Array("app-attest-gateway challenge".utf8)
+    /// What every MAC'd message starts with (`ChallengeSecrets` hashes it once per key).
+    static let domain = Array("app-attest-gateway challenge".utf8)
 
     /// The first signs; every one verifies (the second is the previous secret during a rotation).
     let secrets: ChallengeSecrets
@@ -40,7 +41,7 @@ struct ChallengeCodec: Sendable {
         var bytes = [Self.version, kind.rawValue | (keyId == nil ? 0 : Self.boundFlag)]
         bytes += (0..<4).reversed().map { UInt8(truncatingIfNeeded: expiry >> ($0 * 8)) }
         bytes += SecureRandom.bytes(Self.nonceBytes)
-        bytes += secrets.signing.mac(Self.domain + bytes + (keyId ?? []))
+        bytes += secrets.signing.mac(bytes[...], keyId ?? [])
         return Base64.encodeURLSafe(bytes)
     }
 
@@ -57,9 +58,9 @@ struct ChallengeCodec: Sendable {
         guard let bytes = Self.decode(text) else { throw .challengeInvalid }
         let bound = bytes[1] & Self.boundFlag != 0
         guard !bound || keyId != nil else { throw .challengeInvalid }
-        let signed = Self.domain + bytes[..<Self.headerBytes] + (bound ? keyId ?? [] : [])
+        let signed = bytes[..<Self.headerBytes], boundTo = bound ? keyId ?? [] : []
         let mac = Array(bytes[Self.headerBytes...])
-        guard secrets.all.contains(where: { Bytes.constantTimeEqual($0.mac(signed), mac) }) else { throw .challengeInvalid }
+        guard secrets.all.contains(where: { Bytes.constantTimeEqual($0.mac(signed, boundTo), mac) }) else { throw .challengeInvalid }
         guard bytes[1] & ~Self.boundFlag == kind.rawValue else { throw .challengeWrongKind }
         let expiry = bytes[2..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
         let remainingMs = expiry * 1000 - Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
@@ -90,7 +91,7 @@ struct ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
 
     /// `secrets[0]` signs; `secrets[1]`, when given, is still accepted.
     init(_ secrets: [[UInt8]]) {
-        let keys = secrets.map { HMACSHA256(key: $0) }
+        let keys = secrets.map { HMACSHA256(key: $0, messagePrefix: ChallengeCodec.domain) }
         signing = keys[0]
         all = keys
     }
