@@ -1,0 +1,101 @@
+import Upstream
+
+/// libhttp-parser's reading of a head `HeadScan` accepted, made from where HeadScan found its parts and from the
+/// classified fields, for the heads clients send every day: a common method, an origin-form target, Connection
+/// values of one token, one plain Content-Length. The parser read every head byte a second time only to learn
+/// this (2,200 instructions a small head, 10,000 a signed one). A head holding anything else (another method,
+/// another target form, Transfer-Encoding, Upgrade, a Connection list, several Content-Lengths, 80 KiB) gives
+/// nil and the parser reads it as before, so its verdicts (refusals included) stay exactly its own;
+/// HeadVerdictTests runs both over a corpus and requires the same reading.
+struct HeadVerdict: Equatable {
+    let method: String
+    let minorVersion: Int
+    /// As `http_should_keep_alive`: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`.
+    let keepAlive: Bool
+    /// The body's length (0: none, the message ends with its head).
+    let contentLength: Int
+
+    /// The parser's HTTP_MAX_HEADER_SIZE: a head this big is the parser's to judge (it overflows there).
+    static let parserHeadLimit = 80 * 1024
+
+    init?(head: UnsafeRawBufferPointer, parts: HeadScan.Parts, fields: [HTTPField]) {
+        guard head.count < Self.parserHeadLimit, let method = Self.method(head[..<(parts.target.lowerBound - 1)]),
+              head[parts.target.lowerBound] == UInt8(ascii: "/") else { return nil }
+        // HeadScan admitted "HTTP/1.0" and "HTTP/1.1" only, right after the target's space.
+        let minorVersion = Int(head[parts.target.upperBound + 8] &- UInt8(ascii: "0"))
+        var close = false, keepAliveToken = false
+        var contentLength: Int?
+        for index in fields.indices {
+            switch fields[index].known {
+            case .connection, .proxyConnection:  // the parser reads Proxy-Connection as Connection
+                let value = parts.fields[index].value
+                guard Self.onlySpacesFollow(value, in: head), let token = Self.connectionToken(head[value]) else { return nil }
+                close = close || token == .close
+                keepAliveToken = keepAliveToken || token == .keepAlive
+            case .contentLength:
+                let value = parts.fields[index].value
+                guard contentLength == nil, Self.onlySpacesFollow(value, in: head),
+                      let length = Self.decimal(head[value]) else { return nil }
+                contentLength = length
+            case .transferEncoding, .upgrade:
+                return nil
+            default:
+                continue
+            }
+        }
+        self.method = method
+        self.minorVersion = minorVersion
+        keepAlive = minorVersion == 0 ? keepAliveToken : !close
+        self.contentLength = contentLength ?? 0
+    }
+
+    /// The methods clients use, as literals; any other is left to the parser (it knows 34, and refuses the rest).
+    private static func method(_ bytes: Slice<UnsafeRawBufferPointer>) -> String? {
+        for known in common where bytes.elementsEqual(known.utf8) { return known }
+        return nil
+    }
+
+    private static let common = ["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+    private enum Token { case close, keepAlive, other }
+
+    /// One token or none (a list, or blanks within, is the parser's to read): `close` and `keep-alive` in any case.
+    private static func connectionToken(_ value: Slice<UnsafeRawBufferPointer>) -> Token? {
+        guard !value.contains(where: { $0 == UInt8(ascii: ",") || $0 == 0x20 || $0 == 0x09 }) else { return nil }
+        if equalsFolded(value, "close") { return .close }
+        if equalsFolded(value, "keep-alive") { return .keepAlive }
+        return .other
+    }
+
+    private static func equalsFolded(_ bytes: Slice<UnsafeRawBufferPointer>, _ lower: StaticString) -> Bool {
+        guard bytes.count == lower.utf8CodeUnitCount else { return false }
+        var index = bytes.startIndex
+        for expected in UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount) {
+            guard bytes[index] | 0x20 == expected else { return false }  // "-" is 0x2D either way
+            index += 1
+        }
+        return true
+    }
+
+    /// 1 to 18 digits (no overflow to judge); anything else is left to the parser.
+    private static func decimal(_ bytes: Slice<UnsafeRawBufferPointer>) -> Int? {
+        guard !bytes.isEmpty, bytes.count <= 18 else { return nil }
+        var number = 0
+        for byte in bytes {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            number = number * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return number
+    }
+
+    /// The parser ends a token at a space but not at a tab: a value followed by anything but spaces before its
+    /// CR is left to it.
+    private static func onlySpacesFollow(_ value: Range<Int>, in head: UnsafeRawBufferPointer) -> Bool {
+        var index = value.upperBound
+        while head[index] != 0x0D {
+            guard head[index] == 0x20 else { return false }
+            index += 1
+        }
+        return true
+    }
+}
