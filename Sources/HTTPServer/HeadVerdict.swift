@@ -19,7 +19,7 @@ struct HeadVerdict: Equatable {
     static let parserHeadLimit = 80 * 1024
 
     init?(head: UnsafeRawBufferPointer, parts: HeadScan.Parts, fields: [HTTPField]) {
-        guard head.count < Self.parserHeadLimit, let method = Self.method(head[..<(parts.target.lowerBound - 1)]),
+        guard head.count < Self.parserHeadLimit, let method = Self.method(head, length: parts.target.lowerBound - 1),
               head[parts.target.lowerBound] == UInt8(ascii: "/") else { return nil }
         // HeadScan admitted "HTTP/1.0" and "HTTP/1.1" only, right after the target's space.
         let minorVersion = Int(head[parts.target.upperBound + 8] &- UInt8(ascii: "0"))
@@ -29,13 +29,13 @@ struct HeadVerdict: Equatable {
             switch fields[index].known {
             case .connection, .proxyConnection:  // the parser reads Proxy-Connection as Connection
                 let value = parts.fields[index].value
-                guard Self.onlySpacesFollow(value, in: head), let token = Self.connectionToken(head[value]) else { return nil }
+                guard Self.onlySpacesFollow(value, in: head), let token = Self.connectionToken(head, value) else { return nil }
                 close = close || token == .close
                 keepAliveToken = keepAliveToken || token == .keepAlive
             case .contentLength:
                 let value = parts.fields[index].value
                 guard contentLength == nil, Self.onlySpacesFollow(value, in: head),
-                      let length = Self.decimal(head[value]) else { return nil }
+                      let length = Self.decimal(head, value) else { return nil }
                 contentLength = length
             case .transferEncoding, .upgrade:
                 return nil
@@ -50,40 +50,45 @@ struct HeadVerdict: Equatable {
     }
 
     /// The methods clients use, as literals; any other is left to the parser (it knows 34, and refuses the rest).
-    private static func method(_ bytes: Slice<UnsafeRawBufferPointer>) -> String? {
-        for known in common where bytes.elementsEqual(known.utf8) { return known }
+    /// Compared as one word (the head holds 8 bytes past any method of up to 7: a space, a target, a version).
+    private static func method(_ head: UnsafeRawBufferPointer, length: Int) -> String? {
+        guard length <= 7 else { return nil }
+        let word = UInt64(littleEndian: head.loadUnaligned(as: UInt64.self)) & (1 << (UInt64(length) * 8) - 1)
+        for index in common.indices where common[index].word == word { return common[index].name }
         return nil
     }
 
-    private static let common = ["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"]
+    private static let common: [(name: String, word: UInt64)] = ["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"].map {
+        ($0, $0.utf8.reversed().reduce(0) { $0 << 8 | UInt64($1) })
+    }
 
     private enum Token { case close, keepAlive, other }
 
     /// One token or none (a list, or blanks within, is the parser's to read): `close` and `keep-alive` in any case.
-    private static func connectionToken(_ value: Slice<UnsafeRawBufferPointer>) -> Token? {
-        guard !value.contains(where: { $0 == UInt8(ascii: ",") || $0 == 0x20 || $0 == 0x09 }) else { return nil }
-        if equalsFolded(value, "close") { return .close }
-        if equalsFolded(value, "keep-alive") { return .keepAlive }
+    private static func connectionToken(_ head: UnsafeRawBufferPointer, _ value: Range<Int>) -> Token? {
+        for index in value where head[index] == UInt8(ascii: ",") || head[index] == 0x20 || head[index] == 0x09 { return nil }
+        if equalsFolded(head, value, "close") { return .close }
+        if equalsFolded(head, value, "keep-alive") { return .keepAlive }
         return .other
     }
 
-    private static func equalsFolded(_ bytes: Slice<UnsafeRawBufferPointer>, _ lower: StaticString) -> Bool {
-        guard bytes.count == lower.utf8CodeUnitCount else { return false }
-        var index = bytes.startIndex
-        for expected in UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount) {
-            guard bytes[index] | 0x20 == expected else { return false }  // "-" is 0x2D either way
-            index += 1
+    private static func equalsFolded(_ head: UnsafeRawBufferPointer, _ range: Range<Int>, _ lower: StaticString) -> Bool {
+        guard range.count == lower.utf8CodeUnitCount else { return false }
+        let expected = lower.utf8Start
+        for offset in 0..<range.count where head[range.lowerBound + offset] | 0x20 != expected[offset] {  // "-" is 0x2D either way
+            return false
         }
         return true
     }
 
     /// 1 to 18 digits (no overflow to judge); anything else is left to the parser.
-    private static func decimal(_ bytes: Slice<UnsafeRawBufferPointer>) -> Int? {
-        guard !bytes.isEmpty, bytes.count <= 18 else { return nil }
+    private static func decimal(_ head: UnsafeRawBufferPointer, _ range: Range<Int>) -> Int? {
+        guard !range.isEmpty, range.count <= 18 else { return nil }
         var number = 0
-        for byte in bytes {
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-            number = number * 10 + Int(byte - UInt8(ascii: "0"))
+        for index in range {
+            let digit = head[index] &- UInt8(ascii: "0")
+            guard digit <= 9 else { return nil }
+            number = number * 10 + Int(digit)
         }
         return number
     }
