@@ -8,7 +8,9 @@ import Upstream
 /// nil and the parser reads it as before, so its verdicts (refusals included) stay exactly its own;
 /// HeadVerdictTests runs both over a corpus and requires the same reading.
 struct HeadVerdict: Equatable {
-    let method: String
+    /// The method's place in `common` (no String held: the verdict is plain bytes, nothing to retain or release).
+    private let methodIndex: Int
+    var method: String { Self.common[methodIndex].name }
     let minorVersion: Int
     /// As `http_should_keep_alive`: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`.
     let keepAlive: Bool
@@ -19,7 +21,7 @@ struct HeadVerdict: Equatable {
     static let parserHeadLimit = 80 * 1024
 
     init?(head: UnsafeRawBufferPointer, parts: HeadScan.Parts, fields: [HTTPField]) {
-        guard head.count < Self.parserHeadLimit, let method = Self.method(head, length: parts.target.lowerBound - 1),
+        guard head.count < Self.parserHeadLimit, let methodIndex = Self.method(head, length: parts.target.lowerBound - 1),
               head[parts.target.lowerBound] == UInt8(ascii: "/") else { return nil }
         // HeadScan admitted "HTTP/1.0" and "HTTP/1.1" only, right after the target's space.
         let minorVersion = Int(head[parts.target.upperBound + 8] &- UInt8(ascii: "0"))
@@ -43,7 +45,7 @@ struct HeadVerdict: Equatable {
                 continue
             }
         }
-        self.method = method
+        self.methodIndex = methodIndex
         self.minorVersion = minorVersion
         keepAlive = minorVersion == 0 ? keepAliveToken : !close
         self.contentLength = contentLength ?? 0
@@ -51,10 +53,10 @@ struct HeadVerdict: Equatable {
 
     /// The methods clients use, as literals; any other is left to the parser (it knows 34, and refuses the rest).
     /// Compared as one word (the head holds 8 bytes past any method of up to 7: a space, a target, a version).
-    private static func method(_ head: UnsafeRawBufferPointer, length: Int) -> String? {
+    private static func method(_ head: UnsafeRawBufferPointer, length: Int) -> Int? {
         guard length <= 7 else { return nil }
         let word = UInt64(littleEndian: head.loadUnaligned(as: UInt64.self)) & (1 << (UInt64(length) * 8) - 1)
-        for index in common.indices where common[index].word == word { return common[index].name }
+        for index in common.indices where common[index].word == word { return index }
         return nil
     }
 
