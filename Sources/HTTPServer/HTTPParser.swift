@@ -6,7 +6,7 @@ import Upstream
 // HeadScan's parts; it then frames the body: Content-Length or chunked, with its own overflow and syntax checks.
 
 /// What the parser reports while it reads one request: only its body (the head's target and fields are read
-/// where `HeadScan` found them; the parser reads the head for its framing state).
+/// where `HeadScan` found them; the parser reads a head only when `HeadVerdict` cannot).
 protocol RequestParserDelegate: AnyObject {
     func parsedBody(_ bytes: UnsafeRawBufferPointer)
     func parsedMessageComplete()
