@@ -237,7 +237,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private func beginRequest(headStart: Int, headEnd: Int) {
         parser.reset()
         messageComplete = false
-        // The parser reads the head for its framing state only; the fields and target are read where HeadScan found them.
+        // The fields and target are read where HeadScan found them, the framing from them when HeadVerdict can.
         let (fed, fields, path, query, targetIsOriginForm) = inbound.withUnsafeBytes { bytes in
             let head = UnsafeRawBufferPointer(rebasing: bytes[headStart..<headEnd])
             let fields = headParts.fields.map { field in
@@ -248,7 +248,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
             // Visible ASCII only (RFC 9112); origin form; no "#": an upstream cutting the target at a fragment
             // would see another path than the one routed here.
             let originForm = target.first == UInt8(ascii: "/") && target.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x23 })
-            return (parser.feed(head), fields, path, query, originForm)
+            return (parser.readHead(head, parts: headParts, fields: fields), fields, path, query, originForm)
         }
         if case .failed(let detail) = fed, !parser.isUpgrade {
             // The parser refuses conflicting framing itself; the framing judge names it when it can.
