@@ -147,13 +147,25 @@ private func check(_ code: Int32, _ operation: String) throws(LoopError) {
 // MARK: - Timer
 
 /// A one-shot or repeating timer; `close()` when done with it.
+/// A one-shot timer keeps its deadline here and arms libuv only when it must fire earlier than the uv timer
+/// already armed: a connection restarts its timeout several times a request, and each uv_timer_start/stop is
+/// a heap update. An early uv expiry re-arms for the rest; a stopped timer's expiry does nothing. The timer
+/// still fires at the deadline in loop time, as uv_timer_start(milliseconds) would.
 public final class LoopTimer: LoopHandle {
     private let handle: UnsafeMutablePointer<uv_timer_t>
+    private let loop: UnsafeMutablePointer<uv_loop_t>
     private let fire: () -> Void
     private var closed = false
+    /// When the timer fires (loop time, ms), nil when stopped; one-shot starts only.
+    private var deadline: UInt64?
+    /// When the armed uv timer expires, nil when it is not armed.
+    private var armedUntil: UInt64?
+    /// Started with a repeat: armed as asked, stopped at once.
+    private var repeating = false
 
     public init(_ loop: EventLoop, fire: @escaping () -> Void) {
         handle = .allocate(capacity: 1)
+        self.loop = loop.core.loop
         self.fire = fire
         uv_timer_init(loop.core.loop, handle)
         handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
@@ -162,21 +174,55 @@ public final class LoopTimer: LoopHandle {
     /// (Re)starts the timer: it fires once after `milliseconds`, then every `repeatMs` if not 0.
     public func start(milliseconds: Int, repeatMs: Int = 0) {
         guard !closed else { return }
-        uv_timer_start(handle, { timer in
-            guard let timer, let data = timer.pointee.data else { return }
-            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! LoopTimer).fire()
-        }, UInt64(max(0, milliseconds)), UInt64(max(0, repeatMs)))
+        let delay = UInt64(max(0, milliseconds))
+        guard repeatMs == 0 else {
+            (deadline, armedUntil, repeating) = (nil, nil, true)
+            return arm(delay, repeatMs: UInt64(repeatMs))
+        }
+        if repeating { (armedUntil, repeating) = (nil, false) }
+        let due = uv_now(loop) &+ delay
+        deadline = due
+        if let armedUntil, armedUntil <= due { return }
+        arm(delay, repeatMs: 0)
+        armedUntil = due
     }
 
     public func stop() {
         guard !closed else { return }
-        uv_timer_stop(handle)
+        if repeating {
+            repeating = false
+            uv_timer_stop(handle)
+            return
+        }
+        // Left armed: its expiry finds no deadline and does nothing.
+        deadline = nil
     }
 
     public func close() {
         guard !closed else { return }
         closed = true
         closeOwned(handle)
+    }
+
+    private func arm(_ delay: UInt64, repeatMs: UInt64) {
+        uv_timer_start(handle, { timer in
+            guard let timer, let data = timer.pointee.data else { return }
+            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! LoopTimer).expired()
+        }, delay, repeatMs)
+    }
+
+    private func expired() {
+        if repeating { return fire() }
+        armedUntil = nil
+        guard let deadline else { return }
+        let now = uv_now(loop)
+        if deadline > now {
+            arm(deadline - now, repeatMs: 0)
+            armedUntil = deadline
+            return
+        }
+        self.deadline = nil
+        fire()
     }
 }
 
