@@ -57,14 +57,24 @@ public struct Router: Sendable {
 
     /// `path` is the percent-decoded path (see `PathDecoding`).
     public func match(method: String, path: String) -> RouteMatch {
-        let bytes = Array(path.utf8)
-        let folded = folds ? Array(Router.fold(path).utf8) : bytes
-        // An empty table is not hashed into (most configurations route by prefix only).
-        let exactIndex = exact.isEmpty ? nil : exact[bytes]
-        guard let index = exactIndex ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded) else { return .notFound }
+        let found: Int?
+        if exactLengths.isEmpty, !folds {
+            // Prefixes only, none folded (the usual configuration): the path's bytes in place, not copied.
+            found = path.utf8.withContiguousStorageIfAvailable(longestPrefix) ?? longestPrefix(Array(path.utf8))
+        } else {
+            let bytes = Array(path.utf8)
+            let folded = folds ? Array(Router.fold(path).utf8) : bytes
+            found = (exact.isEmpty ? nil : exact[bytes]) ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded)
+        }
+        guard let index = found else { return .notFound }
         let route = routes[index]
         guard let methods = route.methods else { return .route(route) }
         return methods.contains(method) ? .route(route) : .methodNotAllowed(route, allowed: methods)
+    }
+
+    /// The route of the longest prefix covering `path`, when no prefix is folded.
+    private func longestPrefix(_ path: some Collection<UInt8>) -> Int? {
+        prefixes.first { Router.covers($0.prefix, path) }?.route
     }
 
     /// The trailing-slash twin's exact route or the longest prefix, whichever is longer (the more specific):
@@ -91,7 +101,7 @@ public struct Router: Sendable {
     }
 
     /// A prefix covers the paths starting with it and, when it ends in "/", the path without that "/".
-    private static func covers(_ prefix: [UInt8], _ path: [UInt8]) -> Bool {
+    private static func covers(_ prefix: [UInt8], _ path: some Collection<UInt8>) -> Bool {
         path.starts(with: prefix)
             || (prefix.count > 1 && prefix.last == UInt8(ascii: "/") && path.count == prefix.count - 1 && prefix.starts(with: path))
     }
