@@ -147,13 +147,25 @@ private func check(_ code: Int32, _ operation: String) throws(LoopError) {
 // MARK: - Timer
 
 /// A one-shot or repeating timer; `close()` when done with it.
+/// A one-shot timer keeps its deadline here and arms libuv only when it must fire earlier than the uv timer
+/// already armed: a connection restarts its timeout several times a request, and each uv_timer_start/stop is
+/// a heap update. An early uv expiry re-arms for the rest; a stopped timer's expiry does nothing. The timer
+/// still fires at the deadline in loop time, as uv_timer_start(milliseconds) would.
 public final class LoopTimer: LoopHandle {
     private let handle: UnsafeMutablePointer<uv_timer_t>
+    private let loop: UnsafeMutablePointer<uv_loop_t>
     private let fire: () -> Void
     private var closed = false
+    /// When the timer fires (loop time, ms), nil when stopped; one-shot starts only.
+    private var deadline: UInt64?
+    /// When the armed uv timer expires, nil when it is not armed.
+    private var armedUntil: UInt64?
+    /// Started with a repeat: armed as asked, stopped at once.
+    private var repeating = false
 
     public init(_ loop: EventLoop, fire: @escaping () -> Void) {
         handle = .allocate(capacity: 1)
+        self.loop = loop.core.loop
         self.fire = fire
         uv_timer_init(loop.core.loop, handle)
         handle.pointee.data = Unmanaged.passRetained(self as AnyObject).toOpaque()
@@ -162,21 +174,55 @@ public final class LoopTimer: LoopHandle {
     /// (Re)starts the timer: it fires once after `milliseconds`, then every `repeatMs` if not 0.
     public func start(milliseconds: Int, repeatMs: Int = 0) {
         guard !closed else { return }
-        uv_timer_start(handle, { timer in
-            guard let timer, let data = timer.pointee.data else { return }
-            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! LoopTimer).fire()
-        }, UInt64(max(0, milliseconds)), UInt64(max(0, repeatMs)))
+        let delay = UInt64(max(0, milliseconds))
+        guard repeatMs == 0 else {
+            (deadline, armedUntil, repeating) = (nil, nil, true)
+            return arm(delay, repeatMs: UInt64(repeatMs))
+        }
+        if repeating { (armedUntil, repeating) = (nil, false) }
+        let due = uv_now(loop) &+ delay
+        deadline = due
+        if let armedUntil, armedUntil <= due { return }
+        arm(delay, repeatMs: 0)
+        armedUntil = due
     }
 
     public func stop() {
         guard !closed else { return }
-        uv_timer_stop(handle)
+        if repeating {
+            repeating = false
+            uv_timer_stop(handle)
+            return
+        }
+        // Left armed: its expiry finds no deadline and does nothing.
+        deadline = nil
     }
 
     public func close() {
         guard !closed else { return }
         closed = true
         closeOwned(handle)
+    }
+
+    private func arm(_ delay: UInt64, repeatMs: UInt64) {
+        uv_timer_start(handle, { timer in
+            guard let timer, let data = timer.pointee.data else { return }
+            (Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! LoopTimer).expired()
+        }, delay, repeatMs)
+    }
+
+    private func expired() {
+        if repeating { return fire() }
+        armedUntil = nil
+        guard let deadline else { return }
+        let now = uv_now(loop)
+        if deadline > now {
+            arm(deadline - now, repeatMs: 0)
+            armedUntil = deadline
+            return
+        }
+        self.deadline = nil
+        fire()
     }
 }
 
@@ -343,10 +389,19 @@ public protocol TCPConnectionDelegate: AnyObject {
 public final class TCPConnection: LoopHandle {
     fileprivate let handle: UnsafeMutablePointer<uv_tcp_t>
     private let core: LoopCore
-    public weak var delegate: (any TCPConnectionDelegate)?
-    public private(set) var queuedBytes = 0
-    public private(set) var isClosed = false
-    public private(set) var writeFailed = false
+    // The state is private behind public accessors: the optimizer then sees every access and drops the
+    // dynamic exclusivity checks a public stored property keeps (several per request each).
+    public var delegate: (any TCPConnectionDelegate)? {
+        get { delegateReference }
+        set { delegateReference = newValue }
+    }
+    public var queuedBytes: Int { queued }
+    public var isClosed: Bool { closed }
+    public var writeFailed: Bool { failed }
+    private weak var delegateReference: (any TCPConnectionDelegate)?
+    private var queued = 0
+    private var closed = false
+    private var failed = false
     private var reading = false
 
     fileprivate init(_ loop: EventLoop) {
@@ -561,7 +616,7 @@ public final class TCPConnection: LoopHandle {
     /// An idle kept-alive connection must have neither before it carries a request (the loop may not have
     /// polled it since an upstream spoke out of turn).
     public var hasUnreadInput: Bool {
-        guard !isClosed else { return true }
+        guard !closed else { return true }
         var fd = uv_os_fd_t()
         guard uv_fileno(UnsafeRawPointer(handle).assumingMemoryBound(to: uv_handle_t.self), &fd) == 0 else { return true }
         var byte: UInt8 = 0
@@ -570,7 +625,7 @@ public final class TCPConnection: LoopHandle {
     }
 
     public func startReading() {
-        guard !reading, !isClosed else { return }
+        guard !reading, !closed else { return }
         reading = true
         uv_read_start(cuv_stream(handle), { handle, _, buffer in
             guard let handle, let buffer, let data = handle.pointee.data else { return }
@@ -581,17 +636,17 @@ public final class TCPConnection: LoopHandle {
             guard let stream, let data = stream.pointee.data else { return }
             let connection = Unmanaged<AnyObject>.fromOpaque(data).takeUnretainedValue() as! TCPConnection
             if count > 0 {
-                connection.delegate?.received(UnsafeRawBufferPointer(rebasing: connection.core.readBuffer[..<count]))
+                connection.delegateReference?.received(UnsafeRawBufferPointer(rebasing: connection.core.readBuffer[..<count]))
             } else if count < 0 {
                 connection.stopReading()
-                connection.delegate?.readEnded(error: count == Int(UV_EOF.rawValue) ? nil
+                connection.delegateReference?.readEnded(error: count == Int(UV_EOF.rawValue) ? nil
                     : LoopError(operation: "read", code: Int32(count)))
             }
         })
     }
 
     public func stopReading() {
-        guard reading, !isClosed else { return }
+        guard reading, !closed else { return }
         reading = false
         uv_read_stop(cuv_stream(handle))
     }
@@ -601,9 +656,9 @@ public final class TCPConnection: LoopHandle {
     /// buffer then needs no write request, no completion callback and no epoll_ctl to stop watching for
     /// writability (libuv re-arms the watcher after every completed uv_write).
     public func write(_ bytes: UnsafeRawBufferPointer) {
-        guard !isClosed, !writeFailed, bytes.count > 0 else { return }
+        guard !closed, !failed, bytes.count > 0 else { return }
         var rest = bytes
-        if queuedBytes == 0 {
+        if queued == 0 {
             var buffer = uv_buf_init(UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)),
                                      UInt32(bytes.count))
             let written = uv_try_write(cuv_stream(handle), &buffer, 1)
@@ -621,8 +676,8 @@ public final class TCPConnection: LoopHandle {
     /// After a write that went out whole: the delegate hears of it as of a completed request, unless more was
     /// queued since (its completion will tell).
     fileprivate func deliverDrained() {
-        guard !isClosed, queuedBytes == 0 || writeFailed else { return }
-        delegate?.drained()
+        guard !closed, queued == 0 || failed else { return }
+        delegateReference?.drained()
     }
 
     private func queue(_ bytes: UnsafeRawBufferPointer) {
@@ -633,7 +688,7 @@ public final class TCPConnection: LoopHandle {
         (copy + 8).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
         request.pointee.data = copy
         var buffer = uv_buf_init((copy + 8).assumingMemoryBound(to: CChar.self), UInt32(bytes.count))
-        queuedBytes += bytes.count
+        queued += bytes.count
         let started = uv_write(request, cuv_stream(handle), &buffer, 1) { request, status in
             guard let request else { return }
             let stream = request.pointee.handle!
@@ -645,10 +700,10 @@ public final class TCPConnection: LoopHandle {
             connection.written(status: status, bytes: bytes)
         }
         if started < 0 {
-            queuedBytes -= bytes.count
+            queued -= bytes.count
             copy.deallocate()
             request.deallocate()
-            writeFailed = true
+            failed = true
         }
     }
 
@@ -657,16 +712,16 @@ public final class TCPConnection: LoopHandle {
     }
 
     private func written(status: Int32, bytes: Int) {
-        queuedBytes = max(0, queuedBytes - bytes)
-        if status < 0 { writeFailed = true }
-        if queuedBytes == 0 || writeFailed { delegate?.drained() }
+        queued = max(0, queued - bytes)
+        if status < 0 { failed = true }
+        if queued == 0 || failed { delegateReference?.drained() }
     }
 
     /// Closes the socket: queued writes are cancelled. Delivers nothing to the delegate afterwards.
     public func close() {
-        guard !isClosed else { return }
-        isClosed = true
-        delegate = nil
+        guard !closed else { return }
+        closed = true
+        delegateReference = nil
         closeOwned(handle)
     }
 }

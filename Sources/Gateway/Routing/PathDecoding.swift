@@ -11,16 +11,27 @@
 /// behind a combining mark.
 public enum PathDecoding {
     public static func decode(_ rawPath: String) -> String? {
-        let raw = Array(rawPath.utf8)
-        // Nothing to decode (most paths): the same checks, and the path itself as the result.
-        if !raw.contains(UInt8(ascii: "%")) {
-            let plain = raw.first == UInt8(ascii: "/") && !raw.contains { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") } && hasOnlyPlainSegments(raw)
-            return plain ? rawPath : nil
+        // A native string's bytes are read in place: most paths have nothing to decode, and copying them into
+        // an array first cost every request a few hundred instructions.
+        switch rawPath.utf8.withContiguousStorageIfAvailable(readAsIs) ?? readAsIs(Array(rawPath.utf8)) {
+        case .plain: return rawPath
+        case .refused: return nil
+        case .encoded: break
         }
+        let raw = Array(rawPath.utf8)
         guard raw.first == UInt8(ascii: "/"), let bytes = percentDecoded(raw), hasOnlyPlainSegments(bytes) else {
             return nil
         }
         return String(validating: bytes, as: UTF8.self)
+    }
+
+    private enum AsIs { case plain, refused, encoded }
+
+    /// Without a `%` escape the path is its own decoding: the same checks, on the raw bytes.
+    private static func readAsIs<Bytes: RandomAccessCollection<UInt8>>(_ raw: Bytes) -> AsIs where Bytes.Index == Int {
+        if raw.contains(UInt8(ascii: "%")) { return .encoded }
+        let plain = raw.first == UInt8(ascii: "/") && !raw.contains { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") } && hasOnlyPlainSegments(raw)
+        return plain ? .plain : .refused
     }
 
     private static func percentDecoded(_ raw: [UInt8]) -> [UInt8]? {
@@ -45,7 +56,7 @@ public enum PathDecoding {
     }
 
     /// The segments after the leading "/": none empty but the last, none "." or "..". One pass, no list.
-    private static func hasOnlyPlainSegments(_ path: [UInt8]) -> Bool {
+    private static func hasOnlyPlainSegments<Bytes: RandomAccessCollection<UInt8>>(_ path: Bytes) -> Bool where Bytes.Index == Int {
         let dot = UInt8(ascii: ".")
         var start = 1
         for index in 1...max(1, path.count) where index == path.count || path[index] == UInt8(ascii: "/") {

@@ -16,11 +16,14 @@ public enum RouteMatch: Sendable, Equatable {
 /// one for the exact bytes the upstream will receive. Routes with `case_insensitive` compare folded paths
 /// (see `fold`); a case-sensitive exact route beats a case-insensitive one.
 public struct Router: Sendable {
-    private let exact: [[UInt8]: RouteConfig]
+    /// The routes as configured; the tables below hold indices into it, so a lookup copies one route (its
+    /// many references) once, at the end.
+    private let routes: [RouteConfig]
+    private let exact: [[UInt8]: Int]
     /// Case-insensitive exact routes, by folded path.
-    private let exactFolded: [[UInt8]: RouteConfig]
+    private let exactFolded: [[UInt8]: Int]
     /// Longest first; `folded` prefixes are compared with the folded path.
-    private let prefixes: [(prefix: [UInt8], folded: Bool, route: RouteConfig)]
+    private let prefixes: [(prefix: [UInt8], folded: Bool, route: Int)]
     private let folds: Bool
     /// The lengths of the exact paths (folded or not): a twin of another length is not built to be looked up
     /// (an array and a hash per proxied request).
@@ -28,19 +31,20 @@ public struct Router: Sendable {
 
     /// With several routes for the same path (which `GatewayConfig` refuses) the first wins.
     public init(routes: [RouteConfig]) {
-        var exact: [[UInt8]: RouteConfig] = [:]
-        var exactFolded: [[UInt8]: RouteConfig] = [:]
-        var prefixes: [(prefix: [UInt8], folded: Bool, route: RouteConfig)] = []
-        for route in routes {
+        var exact: [[UInt8]: Int] = [:]
+        var exactFolded: [[UInt8]: Int] = [:]
+        var prefixes: [(prefix: [UInt8], folded: Bool, route: Int)] = []
+        for (index, route) in routes.enumerated() {
             switch route.match {
             case .exact(let path) where route.caseInsensitive:
                 let key = Array(Router.fold(path).utf8)
-                exactFolded[key] = exactFolded[key] ?? route
-            case .exact(let path): exact[Array(path.utf8)] = exact[Array(path.utf8)] ?? route
+                exactFolded[key] = exactFolded[key] ?? index
+            case .exact(let path): exact[Array(path.utf8)] = exact[Array(path.utf8)] ?? index
             case .prefix(let prefix):
-                prefixes.append((Array((route.caseInsensitive ? Router.fold(prefix) : prefix).utf8), route.caseInsensitive, route))
+                prefixes.append((Array((route.caseInsensitive ? Router.fold(prefix) : prefix).utf8), route.caseInsensitive, index))
             }
         }
+        self.routes = routes
         self.exact = exact
         self.exactFolded = exactFolded
         // Stable order keeps the first of equal prefixes in front.
@@ -53,24 +57,40 @@ public struct Router: Sendable {
 
     /// `path` is the percent-decoded path (see `PathDecoding`).
     public func match(method: String, path: String) -> RouteMatch {
-        let bytes = Array(path.utf8)
-        let folded = folds ? Array(Router.fold(path).utf8) : bytes
-        guard let route = exact[bytes] ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded) else { return .notFound }
+        let found: Int?
+        if exactLengths.isEmpty, !folds {
+            // Prefixes only, none folded (the usual configuration): the path's bytes in place, not copied.
+            found = path.utf8.withContiguousStorageIfAvailable(longestPrefix) ?? longestPrefix(Array(path.utf8))
+        } else {
+            let bytes = Array(path.utf8)
+            let folded = folds ? Array(Router.fold(path).utf8) : bytes
+            found = (exact.isEmpty ? nil : exact[bytes]) ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded)
+        }
+        guard let index = found else { return .notFound }
+        let route = routes[index]
         guard let methods = route.methods else { return .route(route) }
         return methods.contains(method) ? .route(route) : .methodNotAllowed(route, allowed: methods)
+    }
+
+    /// The route of the longest prefix covering `path`, when no prefix is folded.
+    private func longestPrefix(_ path: some Collection<UInt8>) -> Int? {
+        prefixes.first { Router.covers($0.prefix, path) }?.route
     }
 
     /// The trailing-slash twin's exact route or the longest prefix, whichever is longer (the more specific):
     /// `/v1/chat/` goes to an exact `/v1/chat` rather than the catch-all, but to a `/v1/chat/` prefix of its
     /// own. At equal length the stricter route wins.
-    private func nearest(_ bytes: [UInt8], _ folded: [UInt8]) -> RouteConfig? {
+    private func nearest(_ bytes: [UInt8], _ folded: [UInt8]) -> Int? {
+        let prefix = prefixes.firstIndex { Router.covers($0.prefix, $0.folded ? folded : bytes) }
+        let prefixRoute = prefix.map { prefixes[$0].route }
+        guard !exactLengths.isEmpty else { return prefixRoute }
         let twin = Router.twin(bytes, lengths: exactLengths), foldedTwin = folds ? Router.twin(folded, lengths: exactLengths) : nil
-        let twinRoute = twin.flatMap { exact[$0] } ?? foldedTwin.flatMap { exactFolded[$0] }
-        let prefix = prefixes.first { Router.covers($0.prefix, $0.folded ? folded : bytes) }
-        guard let twinRoute, let twin else { return prefix?.route }
-        guard let prefix, prefix.prefix.count >= twin.count else { return twinRoute }
-        if prefix.prefix.count > twin.count { return prefix.route }
-        return prefix.route.policy.strength >= twinRoute.policy.strength ? prefix.route : twinRoute
+        guard let twin, let twinRoute = exact[twin] ?? foldedTwin.flatMap({ exactFolded[$0] }) else { return prefixRoute }
+        guard let prefix, let prefixRoute else { return twinRoute }
+        let prefixLength = prefixes[prefix].prefix.count
+        guard prefixLength >= twin.count else { return twinRoute }
+        if prefixLength > twin.count { return prefixRoute }
+        return routes[prefixRoute].policy.strength >= routes[twinRoute].policy.strength ? prefixRoute : twinRoute
     }
 
     /// The path with a trailing "/" added or taken off ("/" itself has none); nil too when no exact path has
@@ -81,7 +101,7 @@ public struct Router: Sendable {
     }
 
     /// A prefix covers the paths starting with it and, when it ends in "/", the path without that "/".
-    private static func covers(_ prefix: [UInt8], _ path: [UInt8]) -> Bool {
+    private static func covers(_ prefix: [UInt8], _ path: some Collection<UInt8>) -> Bool {
         path.starts(with: prefix)
             || (prefix.count > 1 && prefix.last == UInt8(ascii: "/") && path.count == prefix.count - 1 && prefix.starts(with: path))
     }
