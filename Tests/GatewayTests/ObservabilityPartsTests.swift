@@ -102,6 +102,71 @@ final class ObservabilityPartsTests: XCTestCase {
         XCTAssertEqual(RequestRecord.truncated(String(repeating: "b", count: 1000)).utf8.count, RequestRecord.maxUserAgentBytes)
     }
 
+    /// One request's whole log line, byte for byte, with every field present and awkward values (quotes,
+    /// backslashes, control bytes, non-ASCII in the path, user agent and detail; a detail cut at 512
+    /// characters; durations that round, print as whole or in exponent form), and its metric series.
+    func testARequestsLogLineAndSeriesAreExactlyAsBefore() throws {
+        var descriptors: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&descriptors), 0)
+        defer { close(descriptors[0]) }
+        let log = EventLog(descriptor: descriptors[1])
+        let metrics = Metrics()
+        let record = RequestRecord(requestId: "id-\"1\"", method: "PÖST", path: "/v1/\"q\"\\é\u{01}\u{7F}/😀\ttab", bytesIn: 12_345)
+        record.route = "/v1/"
+        record.decision = "verified"
+        record.reason = "store_unavailable"
+        record.detail = String(repeating: "é\u{01}", count: 300)
+        record.status = 503
+        record.attestMethod = "assertion"
+        record.clientIP = "2001:db8::1"
+        record.httpProtocol = "HTTP/1.1"
+        record.tlsVersion = "TLSv1.3"
+        record.alpn = "http/1.1"
+        record.forwardedFor = "198.51.100.1, 10.0.0.1"
+        record.userAgent = "Mozilla/5.0 \"quoted\" \\ ctl\u{1F}\r\n ünïcode 日本 🚀"
+        record.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        record.keyId = "a+b/c="
+        record.counter = UInt32.max
+        record.riskMetric = -7
+        record.debugToken = "ci"
+        record.upstreamStatus = 0
+        record.upstreamAddr = "[::1]:8080"
+        record.bytesOut = Int.max
+        record.outcome = .upstreamAborted
+        record.verifyMs = 0.0005
+        record.storeMs = 12
+        record.upstreamMs = 1e16
+        record.finish(log: log, metrics: metrics)
+        record.finish(log: log, metrics: metrics)  // once only
+        close(descriptors[1])
+        let text = String(decoding: FileHandle(fileDescriptor: descriptors[0]).readDataToEndOfFile(), as: UTF8.self)
+        let time = try XCTUnwrap(text.firstMatch(of: /^\{"time":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)",/)?.output.1)
+        let total = try XCTUnwrap(text.firstMatch(of: /,"total_ms":(\d+\.\d{1,3}),/)?.output.1)
+        let detail = String(repeating: #"é\u0001"#, count: 256)
+        let expected = #"{"time":""# + time + #"","level":"error","event":"request","request_id":"id-\"1\"","route":"/v1/","method":"PÖST","#
+            + #""path":"/v1/\"q\"\\é\u0001"# + "\u{7F}/😀" + #"\u0009tab","decision":"verified","reason":"store_unavailable","#
+            + #""detail":""# + detail + #"","status":503,"attest_method":"assertion","client_ip":"2001:db8::1","protocol":"HTTP/1.1","#
+            + #""tls_version":"TLSv1.3","alpn":"http/1.1","forwarded_for":"198.51.100.1, 10.0.0.1","#
+            + #""user_agent":"Mozilla/5.0 \"quoted\" \\ ctl\u001f\u000d\n ünïcode 日本 🚀","#
+            + #""traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","key_id":"a+b/c=","counter":4294967295,"#
+            + #""risk_metric":-7,"debug_token":"ci","upstream_status":0,"upstream_addr":"[::1]:8080","bytes_in":12345,"#
+            + #""bytes_out":9223372036854775807,"outcome":"upstream_aborted","total_ms":"# + total
+            + #","verify_ms":0.001,"store_ms":12.0,"upstream_ms":1e+16}"# + "\n"
+        XCTAssertEqual(text, expected)
+
+        let exposition = metrics.exposition()
+        for line in [#"gateway_requests_total{route="/v1/",decision="verified",reason="store_unavailable",code="5xx"} 1"#,
+                     #"gateway_attest_requests_total{route="/v1/",attest_method="assertion",decision="verified",reason="store_unavailable"} 1"#,
+                     #"gateway_store_errors_total{reason="store_unavailable"} 1"#,
+                     #"gateway_request_duration_seconds_count{route="/v1/",code="5xx"} 1"#,
+                     #"gateway_upstream_duration_seconds_bucket{route="/v1/",le="+Inf"} 1"#,
+                     #"gateway_upstream_duration_seconds_sum{route="/v1/"} 10000000000000.0"#,
+                     #"gateway_verify_duration_seconds_bucket{le="0.0005"} 1"#,
+                     #"gateway_store_duration_seconds_bucket{le="0.01"} 0"#, #"gateway_store_duration_seconds_bucket{le="0.025"} 1"#, #"gateway_store_duration_seconds_sum 0.012"#] {
+            XCTAssertTrue(exposition.contains(line + "\n"), "\(line)\n\(exposition)")
+        }
+    }
+
     /// The catalogue must hold every case of GatewayError, or a new reason gets no zero series.
     func testReasonCatalogueHoldsEveryGatewayErrorCase() throws {
         let source = try String(contentsOfFile: TestPaths.repository + "/Sources/Gateway/Proxy/GatewayError.swift", encoding: .utf8)
