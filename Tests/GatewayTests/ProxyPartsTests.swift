@@ -276,6 +276,28 @@ final class ProxyPartsTests: XCTestCase {
         }
     }
 
+    /// The built-in endpoints are told apart by bytes in place: exactly their names after the prefix, nothing
+    /// else (a longer or shorter path, another prefix, a character that continues the prefix's last one).
+    func testBuiltinEndpointsAreExactlyTheirNamesAfterThePrefix() {
+        for prefix in ["", "/gateway"] {
+            for endpoint in BuiltinEndpoints.Endpoint.allCases {
+                XCTAssertEqual(BuiltinEndpoints.named(prefix + endpoint.rawValue, after: prefix), endpoint)
+                for other in [prefix + endpoint.rawValue + "/", prefix + String(endpoint.rawValue.dropLast()), prefix + endpoint.rawValue.uppercased(),
+                              "/x" + prefix + endpoint.rawValue, prefix + "\u{301}" + endpoint.rawValue, prefix + endpoint.rawValue + "\u{301}"] {
+                    XCTAssertNil(BuiltinEndpoints.named(other, after: prefix), other)
+                }
+            }
+            XCTAssertNil(BuiltinEndpoints.named(prefix, after: prefix))
+            XCTAssertNil(BuiltinEndpoints.named("/pass/items/1", after: prefix))
+            XCTAssertNil(BuiltinEndpoints.named("/assert/tokem", after: prefix))
+        }
+        XCTAssertNil(BuiltinEndpoints.named("/attest/challenge", after: "/gateway"))
+        XCTAssertNil(BuiltinEndpoints.named("/gatewax/attest/challenge", after: "/gateway"))
+        XCTAssertNil(BuiltinEndpoints.named("/gateway\u{301}/attest/challenge", after: "/gateway"))
+        // Not a native string: its bytes are copied out first.
+        XCTAssertEqual(BuiltinEndpoints.named(NSString(string: "/gateway/attest/challenge") as String, after: "/gateway"), .attestChallenge)
+    }
+
     /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's
     /// format before), including the edges: whole numbers, trailing zeros, half-way cases, huge, negative.
     func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {

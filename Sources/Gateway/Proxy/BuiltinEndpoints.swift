@@ -49,28 +49,31 @@ struct BuiltinEndpoints {
 
     /// `/verify-device` exists only when the config has an `apple:` section, the Play Integrity ones with `play_integrity:`.
     func endpoint(for path: String) -> Endpoint? {
-        guard path.hasPrefix(runtime.config.prefix) else { return nil }
-        let rest = path.dropFirst(runtime.config.prefix.count)
-        guard Self.couldBeEndpoint(rest.utf8), let endpoint = Endpoint(rawValue: String(rest)) else { return nil }
+        guard let endpoint = Self.named(path, after: runtime.config.prefix) else { return nil }
         if endpoint == .verifyDevice, runtime.apple == nil { return nil }
         if endpoint == .assertToken || endpoint == .jwks, runtime.tokens == nil { return nil }
         if endpoint == .playIntegrityChallenge || endpoint == .playIntegrityToken, runtime.config.playIntegrity == nil { return nil }
         return endpoint
     }
 
-    /// The endpoints' lengths (a bit each; all are shorter than 64) and first 8 bytes as a number (their
-    /// paths are ASCII): any other path is told apart in a few integer compares (a copy and a match against
-    /// each name cost every proxied request a thousand instructions; a set and `starts(with:)` still ~570).
-    private static let endpointLengths: UInt64 = Endpoint.allCases.reduce(0) { $0 | 1 << UInt64($1.rawValue.utf8.count) }
-    private static let endpointStarts: [UInt64] = Endpoint.allCases.map { start(of: $0.rawValue.utf8[...]) }
+    /// The endpoints' names as bytes, and their lengths (a bit each; all are shorter than 64) to tell most
+    /// other paths apart in one test.
+    private static let names: [(bytes: [UInt8], endpoint: Endpoint)] = Endpoint.allCases.map { (Array($0.rawValue.utf8), $0) }
+    private static let nameLengths: UInt64 = names.reduce(0) { $0 | 1 << UInt64($1.bytes.count) }
 
-    private static func couldBeEndpoint(_ path: Substring.UTF8View) -> Bool {
-        let count = path.count
-        return count < 64 && endpointLengths & 1 << UInt64(count) != 0 && endpointStarts.contains(start(of: path))
+    /// The endpoint `path` names after `prefix`, comparing bytes in place: every proxied request asks, and
+    /// `hasPrefix`, a count of characters and a substring's UTF-8 view cost it ~1,100 instructions. The prefix
+    /// is ASCII (GatewayConfig checks it) and the names too, so bytes match exactly when characters do.
+    static func named(_ path: String, after prefix: String) -> Endpoint? {
+        path.utf8.withContiguousStorageIfAvailable { named($0, after: prefix) } 
+            ?? Array(path.utf8).withUnsafeBufferPointer { named($0, after: prefix) }
     }
 
-    private static func start(of path: Substring.UTF8View) -> UInt64 {
-        path.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+    private static func named(_ path: UnsafeBufferPointer<UInt8>, after prefix: String) -> Endpoint? {
+        let length = path.count - prefix.utf8.count
+        guard length > 0, length < 64, nameLengths & 1 << UInt64(length) != 0, path.starts(with: prefix.utf8) else { return nil }
+        let rest = UnsafeBufferPointer(rebasing: path[(path.count - length)...])
+        return names.first { $0.bytes.count == length && $0.bytes.elementsEqual(rest) }?.endpoint
     }
 
     /// Challenges and keys are answered on the loop; registration and Apple's API (blocking) via `offload`.
