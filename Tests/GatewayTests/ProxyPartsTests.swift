@@ -298,6 +298,18 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(BuiltinEndpoints.named(NSString(string: "/gateway/attest/challenge") as String, after: "/gateway"), .attestChallenge)
     }
 
+    /// Durations end on the clock they start on: a start taken with DispatchTime (as some callers do) and the
+    /// record's own reading agree.
+    func testRequestDurationsReadTheClockDispatchTimeReads() {
+        let before = DispatchTime.now().uptimeNanoseconds
+        let reading = RequestRecord.uptimeNanoseconds()
+        let after = DispatchTime.now().uptimeNanoseconds
+        XCTAssertLessThanOrEqual(before, reading)
+        XCTAssertLessThanOrEqual(reading, after)
+        XCTAssertGreaterThanOrEqual(RequestRecord.milliseconds(since: before), 0)
+        XCTAssertLessThan(RequestRecord.milliseconds(since: before), 60_000)
+    }
+
     /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's
     /// format before), including the edges: whole numbers, trailing zeros, half-way cases, huge, negative.
     func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {
