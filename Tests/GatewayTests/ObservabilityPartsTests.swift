@@ -1,6 +1,7 @@
 import AssertionCheck
 import Foundation
 @testable import Gateway
+import HTTPServer
 import TestSupport
 import Upstream
 import XCTest
@@ -92,6 +93,29 @@ final class ObservabilityPartsTests: XCTestCase {
                         "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", ""] {
             XCTAssertFalse(TraceParent.isValid(invalid), invalid)
         }
+    }
+
+    /// The log takes the first User-Agent (any spelling of the name) and a traceparent only when it is valid and
+    /// the only one.
+    func testAccessLogFieldsComeFromTheRequestsHeaders() {
+        let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        func captured(_ headers: [HTTPField]) -> RequestRecord {
+            let record = RequestRecord(requestId: "r", method: "GET", path: "/", bytesIn: 0)
+            record.capture(RequestHead(method: "GET", path: "/", query: nil, headers: headers, clientAddress: "192.0.2.1",
+                                       httpVersion: "HTTP/1.1", framing: .noBody), clientAddress: policy([]))
+            return record
+        }
+        let record = captured([HTTPField("Host", "a"), HTTPField("user-AGENT", "first"), HTTPField("User-Agent", "second"),
+                               HTTPField("TraceParent", trace)])
+        XCTAssertEqual(record.userAgent, "first")
+        XCTAssertEqual(record.traceparent, trace)
+        XCTAssertEqual(record.clientIP, "192.0.2.1")
+        XCTAssertEqual(record.httpProtocol, "HTTP/1.1")
+        XCTAssertNil(captured([HTTPField("traceparent", trace), HTTPField("traceparent", trace)]).traceparent, "two: neither is logged")
+        XCTAssertNil(captured([HTTPField("traceparent", "00-bad")]).traceparent)
+        XCTAssertNil(captured([HTTPField("traceparents", trace), HTTPField("User-Agent2", "x")]).traceparent)
+        XCTAssertNil(captured([HTTPField("User-Agent2", "x")]).userAgent)
+        XCTAssertEqual(captured([HTTPField("User-Agent", String(repeating: "u", count: 300))]).userAgent?.utf8.count, RequestRecord.maxUserAgentBytes)
     }
 
     func testUserAgentIsCutAtACharacterBoundary() {

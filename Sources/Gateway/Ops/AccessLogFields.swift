@@ -10,9 +10,17 @@ extension RequestRecord {
         let resolved = policy.resolve(peer: request.clientAddress, headers: request.headers)
         clientIP = resolved.client
         forwardedFor = resolved.chain
-        userAgent = request.headers.first(named: "User-Agent").map(RequestRecord.truncated)
-        let parents = request.headers.filter { $0.hasName("traceparent") }
-        traceparent = parents.count == 1 && TraceParent.isValid(parents[0].value) ? parents[0].value : nil
+        // One pass, by the names' codes: the first User-Agent, and a traceparent only when it is the only one.
+        var agent: String?, parent: String?, parents = 0
+        for field in request.headers {
+            switch field.known {
+            case .userAgent where agent == nil: agent = field.value
+            case .traceparent: (parent, parents) = (field.value, parents + 1)
+            default: break
+            }
+        }
+        userAgent = agent.map(RequestRecord.truncated)
+        traceparent = parents == 1 && TraceParent.isValid(parent ?? "") ? parent : nil
         httpProtocol = request.httpVersion
         tlsVersion = request.tls?.version
         alpn = request.tls?.alpn
