@@ -310,6 +310,38 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertLessThan(RequestRecord.milliseconds(since: before), 60_000)
     }
 
+    /// A value is scanned as words (whole ones, the last overlapping; under eight bytes, overlapping halves) and
+    /// copied at once when clean: at every length up to three words, a byte that needs an escape is caught in
+    /// every place, and clean values (ASCII and non-ASCII bytes) come out as they went in.
+    func testJSONLineFindsAnEscapeAtEveryLengthAndPlace() {
+        func expected(_ bytes: [UInt8]) -> String {
+            bytes.map { byte -> String in
+                switch byte {
+                case UInt8(ascii: "\""): return #"\""#
+                case UInt8(ascii: "\\"): return #"\\"#
+                case UInt8(ascii: "\n"): return #"\n"#
+                case ..<0x20: return String(format: "\\u%04x", byte)
+                default: return String(decoding: [byte], as: UTF8.self)
+                }
+            }.joined()
+        }
+        for length in 0...24 {
+            let clean = (0..<length).map { UInt8(ascii: "a") + UInt8($0 % 26) }
+            XCTAssertEqual(String(decoding: TestFields([("v", .string(String(decoding: clean, as: UTF8.self)))]).line, as: UTF8.self),
+                           "{\"v\":\"\(expected(clean))\"}\n")
+            for place in 0..<length {
+                for byte: UInt8 in [0x00, 0x0A, 0x1F, UInt8(ascii: "\""), UInt8(ascii: "\\")] {
+                    var bytes = clean
+                    bytes[place] = byte
+                    let line = TestFields([("v", .string(String(decoding: bytes, as: UTF8.self)))]).line
+                    XCTAssertEqual(String(decoding: line, as: UTF8.self), "{\"v\":\"\(expected(bytes))\"}\n", "byte \(byte) at \(place) of \(length)")
+                }
+            }
+            let wide = String(repeating: "é", count: length)  // bytes 0xC3 0xA9: high bit set, never escaped
+            XCTAssertEqual(String(decoding: TestFields([("v", .string(wide))]).line, as: UTF8.self), "{\"v\":\"\(wide)\"}\n")
+        }
+    }
+
     /// Numbers are written digit by digit as Swift prints the Double rounded to three decimals (the log's
     /// format before), including the edges: whole numbers, trailing zeros, half-way cases, huge, negative.
     func testJSONLineNumbersReadAsSwiftPrintsTheRoundedDouble() throws {

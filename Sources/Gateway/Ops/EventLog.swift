@@ -177,7 +177,12 @@ struct LogClock {
 
     mutating func append(to text: inout [UInt8]) {
         let time = now()
-        text.append(addingCapacity: LogClock.width) { time.write(to: &$0) }
+        text.append(addingCapacity: LogClock.width) { out in
+            out.withUnsafeMutableBufferPointer { buffer, initialized in
+                precondition(buffer.count - initialized >= LogClock.width)
+                initialized += time.write(at: buffer.baseAddress! + initialized)
+            }
+        }
     }
 
     mutating func now() -> LogTime {
@@ -196,9 +201,14 @@ struct LogTime {
     fileprivate let prefix: [UInt8]
     fileprivate let milliseconds: UInt
 
-    func write(to out: inout OutputSpan<UInt8>) {
-        prefix.withUnsafeBufferPointer { out.append(copying: $0) }
-        JSONLine.digits(milliseconds, width: 3, to: &out)
-        out.append(UInt8(ascii: "Z"))
+    /// Writes the time's `LogClock.width` bytes at `out`; returns how many.
+    func write(at out: UnsafeMutablePointer<UInt8>) -> Int {
+        prefix.withUnsafeBufferPointer { out.initialize(from: $0.baseAddress!, count: $0.count) }
+        let end = out + prefix.count
+        end[0] = UInt8(ascii: "0") + UInt8(milliseconds / 100)
+        end[1] = UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10)
+        end[2] = UInt8(ascii: "0") + UInt8(milliseconds % 10)
+        end[3] = UInt8(ascii: "Z")
+        return prefix.count + 4
     }
 }
