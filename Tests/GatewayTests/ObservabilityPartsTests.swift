@@ -95,6 +95,37 @@ final class ObservabilityPartsTests: XCTestCase {
         }
     }
 
+    /// Requests whose shapes differ in one part each (route, decision, reason, status class, attest method) are
+    /// counted in their own series, however often the shapes alternate (recent shapes are found by comparing
+    /// their parts in place).
+    func testEachRequestShapeCountsInItsOwnSeries() {
+        let log = EventLog(descriptor: open("/dev/null", O_WRONLY))
+        let metrics = Metrics()
+        typealias Shape = (route: String, decision: String, reason: String?, status: Int, attestMethod: String?)
+        let shapes: [Shape] = [("/a/", "pass", nil, 200, nil), ("/b/", "pass", nil, 200, nil), ("/a/", "verified", nil, 200, nil),
+                               ("/a/", "pass", "x", 200, nil), ("/a/", "pass", nil, 404, nil), ("/a/", "pass", nil, 200, "token"),
+                               ("/a/", "pass", nil, 200, "assertion")]
+        for round in 1...3 {
+            for (index, shape) in shapes.enumerated() where index < shapes.count - 1 || round == 3 {
+                let record = RequestRecord(requestId: "r", method: "GET", path: "/", bytesIn: 0)
+                (record.route, record.decision, record.reason, record.status, record.attestMethod) = shape
+                record.finish(log: log, metrics: metrics)
+            }
+        }
+        for (index, shape) in shapes.enumerated() {
+            let labels: KeyValuePairs = ["route": shape.route, "decision": shape.decision, "reason": shape.reason ?? "",
+                                         "code": KnownSeries.code(shape.status)]
+            let requests = metrics.counter("gateway_requests_total", labels)
+            // The first and the two with an attest method share this series (3 + 3 + 1); every other is its own.
+            XCTAssertEqual(requests, [0, 5, 6].contains(index) ? 7 : 3, "\(shape)")
+            if let method = shape.attestMethod {
+                XCTAssertEqual(metrics.counter("gateway_attest_requests_total", ["route": shape.route, "attest_method": method,
+                                                                                  "decision": shape.decision, "reason": ""]),
+                               index == shapes.count - 1 ? 1 : 3, method)
+            }
+        }
+    }
+
     /// The log takes the first User-Agent (any spelling of the name) and a traceparent only when it is valid and
     /// the only one.
     func testAccessLogFieldsComeFromTheRequestsHeaders() {

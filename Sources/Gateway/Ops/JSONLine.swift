@@ -19,7 +19,7 @@ protocol JSONLineWriter: ~Copyable, ~Escapable {
 /// casts, sorted keys) cost a third of a pass-through request. Keys are literals that need no escaping:
 /// copied as they are. The whole line is one append into capacity reserved for its longest form, written
 /// through an `OutputSpan`, a whole field (`,"key":value`) at a time: one capacity check per field, then
-/// its bytes stored in place (a bounds-checked append per byte was half of the line's cost).
+/// its bytes stored in place (a bounds-checked append per byte cost the line ~1,300 instructions more).
 enum JSONLine {
     /// Appends `{fields}` and a newline to `buffer` (a buffer of lines, or an empty one for one line).
     static func append(_ fields: some JSONFields, to buffer: inout [UInt8]) {

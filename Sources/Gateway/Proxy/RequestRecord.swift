@@ -69,8 +69,8 @@ final class RequestRecord: @unchecked Sendable {
         let totalMs = RequestRecord.milliseconds(since: started)
         log.request(level: status >= 500 ? .error : .info, LogFields(record: self, totalMs: totalMs))
         // One lock for all of this request's metrics.
-        let series = RequestSeries.of(RequestSeries.Shape(route: route, decision: decision, reason: reason ?? "",
-                                                          code: KnownSeries.code(status), attestMethod: attestMethod))
+        let series = RequestSeries.of(route: route, decision: decision, reason: reason ?? "", code: KnownSeries.code(status),
+                                      attestMethod: attestMethod)
         let storeError = reason.flatMap { reason in
             reason.hasPrefix("store_") ? Metrics.Update.count("gateway_store_errors_total", ["reason": reason], help: MetricHelp.storeErrors) : nil
         }

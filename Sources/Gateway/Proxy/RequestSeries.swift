@@ -3,8 +3,8 @@ import EventLoop
 /// The metric series one request's end updates, named and labelled once per shape (route, decision, reason,
 /// status class, attest method) rather than per request: rendering the labels and building the keys was a
 /// tenth of a relayed request's instructions. Shapes come from sets the configuration fixes (routes, reason
-/// codes), so there are as few of them as series.
-struct RequestSeries: Sendable {
+/// codes), so there are as few of them as series. A class: a request takes one reference to its series, not four.
+final class RequestSeries: Sendable {
     let requests: Metrics.Series
     let duration: Metrics.Series
     let upstream: Metrics.Series
@@ -35,10 +35,10 @@ struct RequestSeries: Sendable {
         var recent: [(shape: Shape, series: RequestSeries)] = []
         var next = 0
 
-        /// The series of `shape` if it is among the recent ones, which is moved first (a few shapes make
-        /// most requests).
-        mutating func recent(_ shape: Shape) -> RequestSeries? {
-            guard let index = recent.firstIndex(where: { $0.shape == shape }) else { return nil }
+        /// The series of the shape `matches` accepts if it is among the recent ones, which is moved first (a few
+        /// shapes make most requests).
+        mutating func recent(_ matches: (Shape) -> Bool) -> RequestSeries? {
+            guard let index = recent.firstIndex(where: { matches($0.shape) }) else { return nil }
             if index > 0 { recent.swapAt(0, index) }
             return recent[0].series
         }
@@ -51,8 +51,14 @@ struct RequestSeries: Sendable {
         }
     }
 
-    static func of(_ shape: Shape) -> RequestSeries {
-        if let series = known.withLock({ $0.recent(shape) }) { return series }
+    /// The series of a request's shape: a recent one is found by comparing the strings in place (building a
+    /// `Shape` to compare, and releasing it, cost more than the search).
+    static func of(route: String, decision: String, reason: String, code: String, attestMethod: String?) -> RequestSeries {
+        let found = known.withLock { known in
+            known.recent { $0.route == route && $0.decision == decision && $0.reason == reason && $0.code == code && $0.attestMethod == attestMethod }
+        }
+        if let found { return found }
+        let shape = Shape(route: route, decision: decision, reason: reason, code: code, attestMethod: attestMethod)
         let series = known.withLock { $0.all[shape] } ?? RequestSeries(shape)
         known.withLock { $0.remember(shape, series) }
         return series
