@@ -132,6 +132,16 @@ public final class Metrics: Sendable {
         var value: Double = 0
         var count: UInt64 = 0
         var buckets: [UInt64] = []
+
+        /// One observation into a histogram's cell (its buckets made on the first).
+        mutating func observe(_ value: Double, bounds: [Double]) {
+            if buckets.isEmpty { buckets = Array(repeating: 0, count: bounds.count) }
+            var bucket = 0
+            while bucket < bounds.count && !(value <= bounds[bucket]) { bucket += 1 }  // NaN: no bucket
+            if bucket < bounds.count { buckets[bucket] += 1 }
+            count += 1
+            self.value += value
+        }
     }
 
     private static let shardCount = 16
@@ -186,15 +196,11 @@ public final class Metrics: Sendable {
             cells[slot].value += value
         }
 
+        /// One access to the cell (an access per field of it checked the cells' uniqueness each time).
         mutating func observe(_ series: Series, _ value: Double) {
             let (slot, bounds) = metrics.slot(of: series, histogram: true)
             grow(to: slot)
-            if cells[slot].buckets.isEmpty { cells[slot].buckets = Array(repeating: 0, count: bounds.count) }
-            var bucket = 0
-            while bucket < bounds.count && !(value <= bounds[bucket]) { bucket += 1 }  // NaN: no bucket
-            if bucket < bounds.count { cells[slot].buckets[bucket] += 1 }
-            cells[slot].count += 1
-            cells[slot].value += value
+            cells[slot].observe(value, bounds: bounds ?? series.bounds)
         }
 
         mutating func apply(_ update: Update) {
@@ -210,11 +216,12 @@ public final class Metrics: Sendable {
         }
     }
 
-    /// The series' slot here, and its histogram bounds (the first series of a key fixed them): from the
-    /// series itself when it was bound here last, else from the registry (made there if new).
-    private func slot(of series: Series, histogram: Bool) -> (slot: Int, bounds: [Double]) {
+    /// The series' slot here, and its histogram bounds when they are not the series' own (the first series of
+    /// a key fixed them; nil spares a reference to the series' own): from the series itself when it was bound
+    /// here last, else from the registry (made there if new).
+    private func slot(of series: Series, histogram: Bool) -> (slot: Int, bounds: [Double]?) {
         if let slot = Binding(word: series.binding.load(ordering: .relaxed)).slot(metrics: id, histogram: histogram) {
-            return (slot, series.bounds)
+            return (slot, nil)
         }
         let (slot, bounds) = registry.withLock { registry in
             if registry.help[series.name] == nil { registry.help[series.name] = (histogram ? "histogram" : "counter", series.help) }
@@ -227,10 +234,9 @@ public final class Metrics: Sendable {
             return (slot, series.bounds)
         }
         // Only a series whose bounds are its slot's: a fast-path observation buckets by the series' own.
-        if bounds == series.bounds {
-            series.binding.store(Binding(metrics: id, histogram: histogram, slot: slot).word, ordering: .relaxed)
-        }
-        return (slot, bounds)
+        guard bounds == series.bounds else { return (slot, bounds) }
+        series.binding.store(Binding(metrics: id, histogram: histogram, slot: slot).word, ordering: .relaxed)
+        return (slot, nil)
     }
 
     /// The value of one counter series (tests and the demo read it).
