@@ -117,13 +117,14 @@ enum JSONLine {
     }
 
     /// Whether any byte of `word` is below 0x20, a quote or a backslash (the zero-byte test: a borrow
-    /// can blur which byte it was, never whether there is one).
+    /// can blur which byte it was, never whether there is one). The three tests' flags are joined before one
+    /// branch: a word is tested for every value the log writes.
     @inline(__always) static func mayNeedEscape(_ word: UInt64) -> Bool {
         let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        func hasZeroByte(_ word: UInt64) -> Bool { (word &- ones) & ~word & highs != 0 }
-        let belowSpace = (word &- ones &* 0x20) & ~word & highs != 0
-        return belowSpace || hasZeroByte(word ^ (ones &* UInt64(UInt8(ascii: "\""))))
-            || hasZeroByte(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))
+        func zeroBytes(_ word: UInt64) -> UInt64 { (word &- ones) & ~word }
+        let belowSpace = (word &- ones &* 0x20) & ~word
+        return (belowSpace | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\""))))
+            | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))) & highs != 0
     }
 
     /// `value`'s decimal digits at `out`, zero-padded to `width`; returns how many.
