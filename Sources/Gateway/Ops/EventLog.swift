@@ -173,7 +173,7 @@ struct LogClock {
     static let width = 24
     private var second = Int.min
     /// "YYYY-MM-DDTHH:MM:SS." of `second`.
-    private var prefix: [UInt8] = []
+    private var prefix = LogTime.Prefix(0, 0, 0)
 
     mutating func append(to text: inout [UInt8]) {
         let time = now()
@@ -190,7 +190,10 @@ struct LogClock {
         clock_gettime(CLOCK_REALTIME, &now)
         if now.tv_sec != second {
             second = now.tv_sec
-            prefix = Array(EventLog.timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: 0).dropLast(4))
+            prefix = EventLog.timestampBytes(secondsSinceEpoch: now.tv_sec, milliseconds: 0).withUnsafeBytes { bytes in
+                (bytes.loadUnaligned(as: UInt64.self), bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                 bytes.loadUnaligned(fromByteOffset: 16, as: UInt32.self))
+            }
         }
         return LogTime(prefix: prefix, milliseconds: UInt(now.tv_nsec / 1_000_000))
     }
@@ -198,17 +201,21 @@ struct LogClock {
 
 /// A time read from a `LogClock`: its second formatted, and the milliseconds.
 struct LogTime {
-    fileprivate let prefix: [UInt8]
+    /// The 20 bytes "YYYY-MM-DDTHH:MM:SS." as words: copied with three stores, no array to reference and copy.
+    typealias Prefix = (UInt64, UInt64, UInt32)
+    fileprivate let prefix: Prefix
     fileprivate let milliseconds: UInt
 
     /// Writes the time's `LogClock.width` bytes at `out`; returns how many.
     func write(at out: UnsafeMutablePointer<UInt8>) -> Int {
-        prefix.withUnsafeBufferPointer { out.initialize(from: $0.baseAddress!, count: $0.count) }
-        let end = out + prefix.count
-        end[0] = UInt8(ascii: "0") + UInt8(milliseconds / 100)
-        end[1] = UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10)
-        end[2] = UInt8(ascii: "0") + UInt8(milliseconds % 10)
-        end[3] = UInt8(ascii: "Z")
-        return prefix.count + 4
+        let raw = UnsafeMutableRawPointer(out)
+        raw.storeBytes(of: prefix.0, as: UInt64.self)
+        raw.storeBytes(of: prefix.1, toByteOffset: 8, as: UInt64.self)
+        raw.storeBytes(of: prefix.2, toByteOffset: 16, as: UInt32.self)
+        out[20] = UInt8(ascii: "0") + UInt8(milliseconds / 100)
+        out[21] = UInt8(ascii: "0") + UInt8(milliseconds / 10 % 10)
+        out[22] = UInt8(ascii: "0") + UInt8(milliseconds % 10)
+        out[23] = UInt8(ascii: "Z")
+        return LogClock.width
     }
 }
