@@ -169,12 +169,9 @@ enum HeadScan {
     }
 
     private static let badRequestLine = bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
-    /// "HTTP/1.1" and "HTTP/1.0" as the little-endian words their eight bytes make.
-    private static let http11 = word("HTTP/1.1"), http10 = word("HTTP/1.0")
-
-    private static func word(_ text: String) -> UInt64 {
-        text.utf8.reversed().reduce(0) { $0 << 8 | UInt64($1) }
-    }
+    /// "HTTP/1.1" and "HTTP/1.0" as the little-endian words their eight bytes make (literals: a computed constant
+    /// is initialised lazily, and that is checked on every use).
+    private static let http11: UInt64 = 0x312E_312F_5054_5448, http10: UInt64 = 0x302E_312F_5054_5448
 
     private static func bad(_ reason: String, _ message: String) -> RequestFraming.Violation {
         RequestFraming.Violation(status: 400, reason: reason, message: message)
