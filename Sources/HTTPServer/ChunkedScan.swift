@@ -83,7 +83,7 @@ struct ChunkedScan {
             guard lineBytes <= Self.maxSizeLineBytes else { return "a chunk-size line is too long" }
             if byte == 0x0D {
                 state = .sizeLF
-            } else if !Self.isFieldByte(byte) {
+            } else if !HeadBytes.byte(byte, is: .fieldValue) {
                 return "a chunk extension holds a control character"
             }
         case .sizeLF:
@@ -104,7 +104,7 @@ struct ChunkedScan {
                 state = .finalLF
             } else if byte == 0x20 || byte == 0x09 {
                 return "a trailer line starts with whitespace (obsolete line folding)"
-            } else if HeadScan.isTokenByte(byte) {
+            } else if HeadBytes.byte(byte, is: .token) {
                 state = .trailerName
             } else {
                 return "a trailer name holds a byte that is not a token character"
@@ -113,14 +113,14 @@ struct ChunkedScan {
         case .trailerName:
             if byte == UInt8(ascii: ":") {
                 state = .trailerValue
-            } else if !HeadScan.isTokenByte(byte) {
+            } else if !HeadBytes.byte(byte, is: .token) {
                 return "a trailer name holds a byte that is not a token character"
             }
             return countTrailer()
         case .trailerValue:
             if byte == 0x0D {
                 state = .trailerLF
-            } else if !Self.isFieldByte(byte) {
+            } else if !HeadBytes.byte(byte, is: .fieldValue) {
                 return "a trailer value holds a control character"
             }
             return countTrailer()
@@ -152,11 +152,6 @@ struct ChunkedScan {
     private mutating func countTrailer() -> String? {
         lineBytes += 1
         return lineBytes > maxTrailerBytes ? "the trailers exceed \(maxTrailerBytes) bytes" : nil
-    }
-
-    /// Field-value bytes (RFC 9110 §5.5): visible ASCII, space, tab and obs-text.
-    private static func isFieldByte(_ byte: UInt8) -> Bool {
-        byte == 0x09 || (byte >= 0x20 && byte != 0x7F)
     }
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {

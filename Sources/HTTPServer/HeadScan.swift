@@ -29,189 +29,149 @@ enum HeadScan {
     /// Looks for the end of the head in `bytes`, resuming after `from` (the previous `scanned`): a line
     /// break without CR is refused as soon as it arrives, so a bare-LF client never waits for a timeout.
     static func findEnd(_ bytes: UnsafeRawBufferPointer, from: Int, parts: inout Parts) -> Outcome {
-        var index = from
         var start = 0
         // RFC 9112 §2.2: a server should ignore at least one empty line before the request line.
         while start + 1 < bytes.count, bytes[start] == 0x0D, bytes[start + 1] == 0x0A { start += 2 }
-        index = max(index, start)
-        while index < bytes.count {
-            if bytes[index] == 0x0A {
-                guard index > 0, bytes[index - 1] == 0x0D else { return .invalid(bad("bare_lf", "a line ends in LF without CR")) }
-                if index >= start + 3, bytes[index - 2] == 0x0A, bytes[index - 3] == 0x0D {
-                    let end = index + 1
-                    if let violation = validate(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), parts: &parts) {
-                        return .invalid(violation)
-                    }
-                    return .complete(start: start, end: end)
+        var index = max(from, start)
+        while let lineFeed = HeadBytes.find(0x0A, in: bytes, index..<bytes.count) {
+            guard lineFeed > 0, bytes[lineFeed - 1] == 0x0D else { return .invalid(bad("bare_lf", "a line ends in LF without CR")) }
+            if lineFeed >= start + 3, bytes[lineFeed - 2] == 0x0A, bytes[lineFeed - 3] == 0x0D {
+                let end = lineFeed + 1
+                if let violation = validate(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), parts: &parts) {
+                    return .invalid(violation)
                 }
+                return .complete(start: start, end: end)
             }
-            index += 1
+            index = lineFeed + 1
         }
         // A CR that may be followed by its LF in the next read stays unscanned.
         return .incomplete(scanned: max(start, bytes.count - 1))
     }
 
-    /// The request line and every field line of a complete head (ending in CRLF CRLF), in one pass over
-    /// its bytes (no list of lines: the head is checked per request, and signed requests' heads run to a
-    /// kilobyte). Every LF follows a CR (`findEnd` saw to it); a line is what lies between them.
-    static func validate(_ head: UnsafeRawBufferPointer, parts: inout Parts) -> RequestFraming.Violation? {
-        var lineEnd = 0
-        while head[lineEnd] != 0x0A { lineEnd += 1 }
-        let requestLine = 0..<(lineEnd - 1)
-        switch checkRequestLine(UnsafeRawBufferPointer(rebasing: head[requestLine])) {
+    /// The request line and every field line of a complete head (ending in CRLF CRLF), line by line (no list
+    /// of lines: the head is checked per request). Every LF follows a CR (`findEnd` saw to it); a line is what
+    /// lies between them, and the only empty one is the head's last (an earlier one would have ended it).
+    private static func validate(_ head: UnsafeRawBufferPointer, parts: inout Parts) -> RequestFraming.Violation? {
+        var lineFeed = nextLineFeed(head, from: 0)
+        let requestLine = 0..<(lineFeed - 1)
+        switch checkRequestLine(head, requestLine) {
         case .success(let target): parts.target = target
         case .failure(let violation): return violation
         }
         parts.fields.removeAll(keepingCapacity: true)
         var hosts = 0
-        var start = lineEnd + 1
-        while start < head.count {
-            if head[start] == 0x0D, head[start + 1] == 0x0A {  // an empty line: the head's end
-                start += 2
-                continue
-            }
-            switch checkField(head, from: start, hosts: &hosts) {
-            case .success(let field):
-                parts.fields.append((start..<field.colon, field.value))
-                start = field.next
+        var start = lineFeed + 1
+        while start < head.count - 2 {
+            lineFeed = nextLineFeed(head, from: start)
+            switch checkField(head, start..<(lineFeed - 1), hosts: &hosts) {
+            case .success(let field): parts.fields.append((start..<field.colon, field.value))
             case .failure(let violation): return violation
             }
+            start = lineFeed + 1
         }
         if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
-        if hosts == 0, head[requestLine].suffix(3).elementsEqual("1.1".utf8) {
+        // The version is HTTP/1.0 or HTTP/1.1 (checkRequestLine saw to it): its last digit tells which.
+        if hosts == 0, head[requestLine.upperBound - 1] == UInt8(ascii: "1") {
             return bad("missing_host", "an HTTP/1.1 request must carry a Host header")
         }
         return nil
     }
 
-    /// The field line starting at `start`: a token name, a colon, a value of visible bytes, spaces, tabs and
-    /// obs-text. Gives where its colon is, its value without the blanks around it, and where the next line starts.
-    private static func checkField(_ head: UnsafeRawBufferPointer, from start: Int, hosts: inout Int)
-        -> Result<(colon: Int, value: Range<Int>, next: Int), RequestFraming.Violation> {
-        let first = head[start]
-        if first == 0x20 || first == 0x09 {
+    /// The LF ending the line at `from` (the head ends in one).
+    private static func nextLineFeed(_ head: UnsafeRawBufferPointer, from: Int) -> Int {
+        HeadBytes.find(0x0A, in: head, from..<head.count) ?? head.count - 1
+    }
+
+    /// The field line `line` (without its CRLF): a token name, a colon, a value of visible bytes, spaces, tabs and
+    /// obs-text. Gives where its colon is and its value without the blanks around it.
+    private static func checkField(_ head: UnsafeRawBufferPointer, _ line: Range<Int>, hosts: inout Int)
+        -> Result<(colon: Int, value: Range<Int>), RequestFraming.Violation> {
+        let start = line.lowerBound
+        if head[start] == 0x20 || head[start] == 0x09 {
             return .failure(bad("obs_fold", "a header line starts with whitespace (obsolete line folding)"))
         }
         var colon = start
-        var nameIsToken = true, nameHasWhitespace = false
-        while head[colon] != UInt8(ascii: ":") {
-            let byte = head[colon]
-            if byte == 0x0A { return .failure(bad("bad_header", "a header line has no colon")) }
-            // The line's own CR (before its LF) is no part of it: it can only be followed by "no colon".
-            if !isTokenByte(byte) && !(byte == 0x0D && head[colon + 1] == 0x0A) {
-                nameIsToken = false
-                if byte == 0x20 || byte == 0x09 { nameHasWhitespace = true }
+        // Ends at the line's CR at the latest: no token byte.
+        while HeadBytes.byte(head[colon], is: .token) { colon += 1 }
+        if colon == start || head[colon] != UInt8(ascii: ":") {
+            // A line without a colon is told as such whatever its name holds.
+            guard let found = HeadBytes.find(UInt8(ascii: ":"), in: head, colon..<line.upperBound) else {
+                return .failure(bad("bad_header", "a header line has no colon"))
             }
-            colon += 1
-        }
-        guard colon > start, nameIsToken else {
-            return .failure(nameHasWhitespace
+            let name = start..<found
+            return .failure(name.contains { head[$0] == 0x20 || head[$0] == 0x09 }
                 ? bad("bad_header", "whitespace between a header name and its colon")
                 : bad("bad_header", "a header name holds a byte that is not a token character"))
         }
-        // Field values: visible bytes, space, tab and obs-text; no NUL, CR, LF or other control.
-        var index = colon + 1
-        while true {
-            let byte = head[index]
-            if byte == 0x0D && head[index + 1] == 0x0A { break }
-            guard byte == 0x09 || (byte >= 0x20 && byte != 0x7F) else {
-                return .failure(bad("bad_header", "a header value holds a control character"))
-            }
-            index += 1
+        let value = (colon + 1)..<line.upperBound
+        guard HeadBytes.allFieldValue(head, value) else {
+            return .failure(bad("bad_header", "a header value holds a control character"))
         }
+        var (lower, upper) = (value.lowerBound, value.upperBound)
+        while lower < upper, head[lower] == 0x20 || head[lower] == 0x09 { lower += 1 }
+        while upper > lower, head[upper - 1] == 0x20 || head[upper - 1] == 0x09 { upper -= 1 }
         if colon - start == 4, head[start] | 0x20 == 0x68, head[start + 1] | 0x20 == 0x6F, head[start + 2] | 0x20 == 0x73,
            head[start + 3] | 0x20 == 0x74 {
             hosts += 1
-            guard isHostValue(UnsafeRawBufferPointer(rebasing: head[(colon + 1)..<index])) else {
-                return .failure(bad("bad_host", "the Host header is not host[:port]"))
-            }
+            guard isHost(head, lower..<upper) else { return .failure(bad("bad_host", "the Host header is not host[:port]")) }
         }
-        var (lower, upper) = (colon + 1, index)
-        while lower < upper, head[lower] == 0x20 || head[lower] == 0x09 { lower += 1 }
-        while upper > lower, head[upper - 1] == 0x20 || head[upper - 1] == 0x09 { upper -= 1 }
-        return .success((colon, lower..<upper, index + 2))
+        return .success((colon, lower..<upper))
     }
 
-    /// RFC 9112 §3.2: a Host value that is not `uri-host [":" port]` (RFC 3986) is refused — with
-    /// `host_header: preserve` it reaches the upstream, which may build links from it. The host is a
-    /// bracketed IPv6 address or a non-empty reg-name / IPv4 address (no userinfo, path or space).
-    private static func isHostValue(_ field: UnsafeRawBufferPointer) -> Bool {
-        var lower = 0, upper = field.count
-        while lower < upper, field[lower] == 0x20 || field[lower] == 0x09 { lower += 1 }
-        while upper > lower, field[upper - 1] == 0x20 || field[upper - 1] == 0x09 { upper -= 1 }
-        guard lower < upper else { return false }
-        var index = lower
-        if field[index] == UInt8(ascii: "[") {
+    /// RFC 9112 §3.2: a Host value (without the blanks around it) that is not `uri-host [":" port]` (RFC 3986)
+    /// is refused — with `host_header: preserve` it reaches the upstream, which may build links from it. The host
+    /// is a bracketed IPv6 address or a non-empty reg-name / IPv4 address (no userinfo, path or space).
+    private static func isHost(_ head: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
+        guard !value.isEmpty else { return false }
+        var index = value.lowerBound
+        if head[index] == UInt8(ascii: "[") {
             index += 1
-            while index < upper, isHexDigit(field[index]) || field[index] == UInt8(ascii: ":") || field[index] == UInt8(ascii: ".") {
+            while index < value.upperBound,
+                  HeadBytes.byte(head[index], is: .hexDigit) || head[index] == UInt8(ascii: ":") || head[index] == UInt8(ascii: ".") {
                 index += 1
             }
-            guard index > lower + 1, index < upper, field[index] == UInt8(ascii: "]") else { return false }
+            guard index > value.lowerBound + 1, index < value.upperBound, head[index] == UInt8(ascii: "]") else { return false }
             index += 1
         } else {
-            while index < upper, field[index] != UInt8(ascii: ":") {
-                let byte = field[index]
-                if byte == UInt8(ascii: "%") {
-                    guard index + 2 < upper, isHexDigit(field[index + 1]), isHexDigit(field[index + 2]) else { return false }
-                    index += 3
+            while index < value.upperBound {
+                if HeadBytes.byte(head[index], is: .regName) {
+                    index += 1
                     continue
                 }
-                guard isRegNameByte(byte) else { return false }
-                index += 1
+                guard head[index] == UInt8(ascii: "%") else { break }  // the port's colon, or a byte refused below
+                guard index + 2 < value.upperBound, HeadBytes.byte(head[index + 1], is: .hexDigit),
+                      HeadBytes.byte(head[index + 2], is: .hexDigit) else { return false }
+                index += 3
             }
-            guard index > lower else { return false }
+            guard index > value.lowerBound else { return false }
         }
-        guard index < upper else { return true }
-        guard field[index] == UInt8(ascii: ":") else { return false }
-        return field[(index + 1)..<upper].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-    }
-
-    private static func isHexDigit(_ byte: UInt8) -> Bool {
-        (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x66)
-    }
-
-    /// unreserved / sub-delims (RFC 3986).
-    private static func isRegNameByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
-        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"): true
-        case UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"),
-             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="): true
-        default: false
-        }
+        guard index < value.upperBound else { return true }
+        return head[index] == UInt8(ascii: ":") && HeadBytes.all(head, (index + 1)..<value.upperBound, are: .digit)
     }
 
     /// method SP request-target SP HTTP-version, with a version of 1.0 or 1.1 only. Gives where the target is.
-    /// Read in one pass for the spaces (the generic searches and comparisons cost a thousand instructions a head).
-    private static func checkRequestLine(_ line: UnsafeRawBufferPointer) -> Result<Range<Int>, RequestFraming.Violation> {
-        var firstSpace = -1, secondSpace = -1
-        for index in 0..<line.count where line[index] == 0x20 {
-            guard firstSpace < 0 || secondSpace < 0 else { return .failure(badRequestLine) }  // a third space
-            if firstSpace < 0 { firstSpace = index } else { secondSpace = index }
-        }
-        guard secondSpace >= 0 else { return .failure(badRequestLine) }
-        let method = line[..<firstSpace], target = line[(firstSpace + 1)..<secondSpace]
-        guard !method.isEmpty, method.allSatisfy(isTokenByte), !target.isEmpty else { return .failure(badRequestLine) }
-        guard target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-            return .failure(bad("bad_request_target", "the request target must be visible ASCII"))
-        }
-        let version = line.count - secondSpace - 1 == 8
-            ? UInt64(littleEndian: line.loadUnaligned(fromByteOffset: secondSpace + 1, as: UInt64.self)) : 0
-        guard version == http11 || version == http10 else {
-            return .failure(bad("unsupported_http_version", "only HTTP/1.0 and HTTP/1.1 are accepted"))
-        }
-        return .success((firstSpace + 1)..<secondSpace)
+    /// One pass over an accepted line; a refused one is told as a count of its spaces would first.
+    private static func checkRequestLine(_ head: UnsafeRawBufferPointer, _ line: Range<Int>)
+        -> Result<Range<Int>, RequestFraming.Violation> {
+        var index = line.lowerBound
+        while HeadBytes.byte(head[index], is: .token) { index += 1 }  // the line's CR ends it at the latest
+        guard index > line.lowerBound, head[index] == 0x20 else { return .failure(badRequestLine) }
+        let targetStart = index + 1
+        index = targetStart
+        while HeadBytes.byte(head[index], is: .visible) { index += 1 }
+        let version = line.upperBound - index - 1 == 8
+            ? UInt64(littleEndian: head.loadUnaligned(fromByteOffset: index + 1, as: UInt64.self)) : 0
+        if head[index] == 0x20, index > targetStart, version == http11 || version == http10 { return .success(targetStart..<index) }
+        guard let secondSpace = HeadBytes.find(0x20, in: head, index..<line.upperBound), secondSpace > targetStart,
+              HeadBytes.find(0x20, in: head, (secondSpace + 1)..<line.upperBound) == nil else { return .failure(badRequestLine) }
+        guard secondSpace == index else { return .failure(bad("bad_request_target", "the request target must be visible ASCII")) }
+        return .failure(bad("unsupported_http_version", "only HTTP/1.0 and HTTP/1.1 are accepted"))
     }
 
     private static let badRequestLine = bad("bad_request_line", "the request line is not: method, one space, target, one space, version")
-    /// "HTTP/1.1" and "HTTP/1.0" as the little-endian words their eight bytes make.
-    private static let http11 = word("HTTP/1.1"), http10 = word("HTTP/1.0")
-
-    private static func word(_ text: String) -> UInt64 {
-        text.utf8.reversed().reduce(0) { $0 << 8 | UInt64($1) }
-    }
-
-    static func isTokenByte(_ byte: UInt8) -> Bool { HTTPField.isTokenByte(byte) }
+    /// "HTTP/1.1" and "HTTP/1.0" as the little-endian words their eight bytes make (literals: a computed constant
+    /// is initialised lazily, and that is checked on every use).
+    private static let http11: UInt64 = 0x312E_312F_5054_5448, http10: UInt64 = 0x302E_312F_5054_5448
 
     private static func bad(_ reason: String, _ message: String) -> RequestFraming.Violation {
         RequestFraming.Violation(status: 400, reason: reason, message: message)

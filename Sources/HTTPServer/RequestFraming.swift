@@ -20,6 +20,10 @@ public enum RequestFraming: Equatable, Sendable {
     }
 
     public static func judge(_ headers: [HTTPField], httpVersion: String) -> Result<RequestFraming, Violation> {
+        // Most requests carry neither header: a look at each field's class, no list made (by index: a field copied
+        // out is retained and released).
+        guard headers.indices.contains(where: { headers[$0].known == .transferEncoding || headers[$0].known == .contentLength })
+        else { return .success(.noBody) }
         let encodings = headers.values(named: .transferEncoding)
         let lengths = headers.values(named: .contentLength).map { $0.trimmingSpaces }
         if !encodings.isEmpty && !lengths.isEmpty {
