@@ -6,8 +6,8 @@ final class ResponseParser {
     private enum Phase { case head, length, chunked, untilClose, done }
 
     /// The connection the parser reports to, unretained: the connection owns the parser and holds itself while it
-    /// feeds it (a reference counted here was a retain and release per report).
-    private unowned(unsafe) var connection: PlainHTTPConnection?
+    /// feeds it (a reference counted here, or loaded from an unowned one, was a retain and release per report).
+    private var connection: Unmanaged<PlainHTTPConnection>?
     private var phase = Phase.head
     /// The head being read (its fields apart: the scan holds nothing counted) and the body's decoder. Changed on
     /// local copies put back: an access to them held across the fields' own code would make every one a checked one.
@@ -25,7 +25,12 @@ final class ResponseParser {
     /// A gathering buffer grown past this is let go at the next `reset` (idle connections stay small).
     private static let keptBytes = 4096
 
-    func serve(_ connection: PlainHTTPConnection) { self.connection = connection }
+    func serve(_ connection: PlainHTTPConnection) { self.connection = .passUnretained(connection) }
+
+    /// `body` on the connection, nil before `serve`.
+    private func report<Result>(_ body: (PlainHTTPConnection) -> Result) -> Result? {
+        connection?._withUnsafeGuaranteedRef(body)
+    }
 
     /// For the next response: nothing read yet.
     func reset() {
@@ -71,7 +76,7 @@ final class ResponseParser {
             case .length:
                 let end = index + min(remaining, bytes.count - index)
                 remaining -= end - index
-                connection?.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[index..<end]))
+                report { $0.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[index..<end])) }
                 index = end
                 if remaining == 0, let fed = messageComplete(consumed: index) { return fed }
             case .chunked:
@@ -79,13 +84,13 @@ final class ResponseParser {
                 let piece = decoder.next(bytes, from: &index)
                 chunks = decoder
                 switch piece {
-                case .data(let range): connection?.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[range]))
+                case .data(let range): report { $0.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[range])) }
                 case .more: return .consumed
                 case .ended: if let fed = messageComplete(consumed: index) { return fed }
                 case .invalid(let reason): return .failed(reason)
                 }
             case .untilClose:
-                connection?.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[index...]))
+                report { $0.parsedBody(UnsafeRawBufferPointer(rebasing: bytes[index...])) }
                 return .consumed
             case .done:
                 return .messageComplete(consumed: index)
@@ -167,7 +172,7 @@ final class ResponseParser {
     /// A head was read: reported, then its body's framing set. An interim (1xx) one has no body: the final head follows.
     private func headRead(consumed: Int) -> Fed? {
         let status = scan.status
-        let noBody = connection?.parsedHeadersComplete(status: status) ?? true
+        let noBody = report { $0.parsedHeadersComplete(status: status) } ?? true
         let framing = scan.framing(bodyless: noBody)
         if status >= 200 { keepAlive = scan.keepAlive && framing != .untilClose }
         switch framing {
@@ -186,7 +191,8 @@ final class ResponseParser {
 
     /// A message ended: the final one stops the feed, an interim one lets the next head be read.
     private func messageComplete(consumed: Int) -> Fed? {
-        if connection?.parsedMessageComplete(status: scan.status) ?? true {
+        let status = scan.status
+        if report({ $0.parsedMessageComplete(status: status) }) ?? true {
             phase = .done
             return .messageComplete(consumed: consumed)
         }
