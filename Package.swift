@@ -46,9 +46,9 @@ let package = Package(
         .target(name: "RedisClient", dependencies: ["EventLoop", "TLS"]),
         // The attestation state in Redis: keys, counters, spent challenges, device marks; its Lua scripts.
         .target(name: "AttestStore", dependencies: ["AssertionCheck", "EventLoop", "RedisClient"]),
-        // Transport to the protected API: on the event loops, an own HTTP/1.1 client for http:// (libhttp-parser
-        // frames the responses) and curl's multi handle for https://; curl alone off the loops.
-        .target(name: "Upstream", dependencies: ["CCurl", "CHTTPParser", "EventLoop"]),
+        // Transport to the protected API: on the event loops, an own HTTP/1.1 client for http:// (its own strict
+        // scanner frames the responses) and curl's multi handle for https://; curl alone off the loops.
+        .target(name: "Upstream", dependencies: ["CCurl", "EventLoop"]),
         // Inbound HTTP/1.1 and HTTP/2 on the event loops, in clear or over TLS: strict head check, libhttp-parser framing,
         // nghttp2 for HTTP/2, back-pressure, timeouts.
         .target(name: "HTTPServer", dependencies: ["CHTTPParser", "CNGHTTP2", "EventLoop", "TLS", "Upstream"]),
@@ -75,7 +75,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["AssertionCheck", "EventLoop"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TLS", "TestSupport"]),
-        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport"]),
+        .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport", "CHTTPParser"]),
         .testTarget(name: "GatewayTests", dependencies: ["Gateway", "AssertionCheck", "AttestStore", "DeviceSimulator", "EventLoop", "HTTPServer", "TLS",
                                                    "RedisClient", "TestSupport"]),
         .testTarget(name: "AppleServicesTests", dependencies: ["AppleServices", "AssertionCheck", "TestSupport", "Upstream"]),

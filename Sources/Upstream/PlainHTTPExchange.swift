@@ -3,7 +3,7 @@ import EventLoop
 
 /// One request/response exchange with an `http://` upstream on the event loop, without curl: a kept-alive
 /// connection from the loop's pool or a new one, the request head (and an in-memory body) in one write,
-/// the response framed by libhttp-parser, paced both ways (the receiver's `false` stops reading the upstream;
+/// the response framed by ResponseParser, paced both ways (the receiver's `false` stops reading the upstream;
 /// a streamed upload is taken no faster than the socket sends it). Loop thread only.
 final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private enum Phase { case connecting, awaitingHead, body, done }
@@ -63,7 +63,7 @@ final class PlainHTTPExchange: UpstreamStreamBackend, UploadConsumer {
     private var ended = false
     private var uploadSent = false
 
-    /// The response head is bounded; libhttp-parser's own limit (80 KiB) is a build constant.
+    /// The response head (interim heads included) is bounded.
     static let headLimit = 64 * 1024
     /// Body bytes held for a receiver before the upstream socket stops being read.
     static let pendingLimit = 64 * 1024

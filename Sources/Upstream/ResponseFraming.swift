@@ -15,9 +15,14 @@ struct ResponseHead {
         var start = 0, end = value.count
         while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
         while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
-        let value = UnsafeBufferPointer(rebasing: value[start..<end])
+        add(name: UnsafeRawBufferPointer(name), trimmedValue: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: value[start..<end])))
+    }
+
+    /// One field whose value has no blanks around it; gives what the name is among the known ones.
+    @discardableResult
+    mutating func add(name: UnsafeRawBufferPointer, trimmedValue value: UnsafeRawBufferPointer) -> KnownHeader {
         let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
-        let known = KnownHeader.classify(UnsafeRawBufferPointer(name))
+        let known = KnownHeader.classify(name)
         switch known {
         case .contentLength:
             lengths += 1
@@ -35,13 +40,14 @@ struct ResponseHead {
         if known != .other, Self.same(name, known.spelling) {
             fields.append(HTTPField(known, text))
         } else {
-            fields.append(HTTPField(name: UnsafeRawBufferPointer(name), value: text))
+            fields.append(HTTPField(name: name, value: text))
         }
+        return known
     }
 
     /// Two values most responses carry, as literals when the bytes are the same: no UTF-8 check, and a
     /// literal's storage is static (no allocation for a long one, no reference counting).
-    private static func literal(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+    private static func literal(_ bytes: UnsafeRawBufferPointer) -> String? {
         let literal: String
         switch bytes.count {
         case 10: literal = "keep-alive"
@@ -53,7 +59,7 @@ struct ResponseHead {
 
     /// Whether `bytes` are `text`'s, byte for byte (by index: `elementsEqual`'s iterators cost more than
     /// making the String).
-    private static func same(_ bytes: UnsafeBufferPointer<UInt8>, _ text: String) -> Bool {
+    private static func same(_ bytes: UnsafeRawBufferPointer, _ text: String) -> Bool {
         guard bytes.count == text.utf8.count else { return false }
         return text.utf8.withContiguousStorageIfAvailable { own in own.indices.allSatisfy { own[$0] == bytes[$0] } } ?? false
     }

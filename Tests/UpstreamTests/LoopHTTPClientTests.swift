@@ -286,6 +286,35 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertEqual(chunked?.body, Array("ok".utf8))
     }
 
+    /// What libhttp-parser let through (Debian builds it lenient) and another reader could frame differently: each
+    /// is the upstream's protocol error, its head never relayed, its connection never reused.
+    func testResponsesALenientParserAcceptedAreProtocolErrors() throws {
+        let responses = [
+            "/obs-fold": "HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\nContent-Length: 2\r\n\r\nok",
+            "/bare-lf": "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+            "/bare-cr": "HTTP/1.1 200 OK\r\nX-A: 1\rX-B: 2\r\nContent-Length: 2\r\n\r\nok",
+            "/nul": "HTTP/1.1 200 OK\r\nX-A: a\u{0}b\r\nContent-Length: 2\r\n\r\nok",
+            "/version": "HTTP/1.7 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/chunked-twice": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/chunk-without-crlf": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX0\r\n\r\n",
+        ]
+        let server = try ScriptedUpstream { connection in
+            while let head = connection.readHead() {
+                guard let path = head.split(separator: " ").dropFirst().first, let response = responses[String(path)] else { return }
+                connection.send(response)
+            }
+        }
+        let client = try client(server.baseURL)
+        for (path, _) in responses.sorted(by: { $0.key < $1.key }) {
+            let result = try run(client, Self.get(path)).first
+            XCTAssertEqual(result?.error?.reasonCode, "upstream_protocol_error", path)
+            // A broken chunk that comes in the head's read fails the exchange before the head is handed over.
+            XCTAssertEqual(result?.status, 0, path)
+            XCTAssertEqual(result?.text, "", path)
+        }
+        XCTAssertEqual(server.connections, responses.count, "a connection that carried a broken response is not reused")
+    }
+
     /// A 1xx never has a body (RFC 9112 §6.3): a `Content-Length` on one is not read as one, so its bytes are
     /// never put in front of the final response's body.
     func testAnInterimResponseNeverHasABody() throws {
