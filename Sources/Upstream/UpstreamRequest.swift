@@ -12,11 +12,13 @@ public struct HTTPField: Sendable, Equatable {
     }
 
     /// A field read off the wire: the name classified from its bytes where they lie (a parser has them at hand;
-    /// classifying the String made of them looks at them again).
+    /// classifying the String made of them looks at them again). A known name in its canonical spelling is that
+    /// spelling's literal: no String made of the bytes.
     public init(name: UnsafeRawBufferPointer, value: String) {
-        self.name = String(decoding: name, as: UTF8.self)
+        let (known, canonical) = KnownHeader.classifySpelling(name)
+        self.name = canonical ? known.spelling : String(decoding: name, as: UTF8.self)
         self.value = value
-        known = KnownHeader.classify(name)
+        self.known = known
     }
 
     /// A header the gateway sets, in its canonical spelling (nothing to classify).
