@@ -17,7 +17,7 @@ struct ResponseHead {
         while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
         let value = UnsafeBufferPointer(rebasing: value[start..<end])
         let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
-        let known = KnownHeader.classify(UnsafeRawBufferPointer(name))
+        let (known, canonical) = KnownHeader.classifySpelling(UnsafeRawBufferPointer(name))
         switch known {
         case .contentLength:
             lengths += 1
@@ -32,7 +32,7 @@ struct ResponseHead {
         }
         // A known name in its canonical spelling (as most upstreams write them) is that spelling's literal: no
         // String made, nothing classified again.
-        if known != .other, Self.same(name, known.spelling) {
+        if canonical {
             fields.append(HTTPField(known, text))
         } else {
             fields.append(HTTPField(name: UnsafeRawBufferPointer(name), value: text))
