@@ -9,7 +9,7 @@ extension HTTPField {
     public var isSafeToSend: Bool {
         // A known name is one of the gateway's spellings, letters in any case: a token.
         let nameIsToken = known != .other || (!name.isEmpty && name.allBytes(HTTPField.isTokenByte))
-        return nameIsToken && value.allBytes { $0 != 0x0D && $0 != 0x0A && $0 != 0 }
+        return nameIsToken && HTTPField.isSendableValue(value)
     }
 }
 

@@ -34,20 +34,25 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
     /// One slot of a table by a hash of the length and the last two bytes (letters folded, so every spelling of a
     /// name lands in its slot; no two known names share one), then that candidate's bytes eight at a time: a
     /// field is made per header of every message (byte by byte, this cost 200 instructions a name).
-    static func classify(_ name: UnsafeRawBufferPointer) -> KnownHeader {
+    static func classify(_ name: UnsafeRawBufferPointer) -> KnownHeader { classifySpelling(name).known }
+
+    /// `classify`, and whether `name` is the code's `spelling` byte for byte (as most senders write the names
+    /// they share): then that literal can stand for the name, no String made of its bytes (nor any compared).
+    static func classifySpelling(_ name: UnsafeRawBufferPointer) -> (known: KnownHeader, canonical: Bool) {
         let count = name.count
-        guard count >= 2, count <= maxLength else { return .other }
+        guard count >= 2, count <= maxLength else { return (.other, false) }
         let table = Self.table
         let code = table.slots[slot(count: count, last: name[count - 1], beforeLast: name[count - 2])]
-        guard code != 0, table.lengths[Int(code)] == count else { return .other }
+        guard code != 0, table.lengths[Int(code)] == count else { return (.other, false) }
         // A spelling's letters fold by OR-ing 0x20 (only an ASCII letter of either case becomes that lower-case
         // letter so, as `HTTPField.sameLetterOrByte` folds); its other bytes ("-") compare as they are.
-        var word = Int(code) &* wordsPerName
+        var word = Int(code) &* wordsPerName, canonical = true
         let matches = words(name) { chunk in
             defer { word += 1 }
+            canonical = canonical && chunk == table.spelled[word]
             return chunk | table.masks[word] == table.words[word]
         }
-        return matches ? KnownHeader(rawValue: code)! : .other
+        return matches ? (KnownHeader(rawValue: code)!, canonical) : (.other, false)
     }
 
     private static func slot(count: Int, last: UInt8, beforeLast: UInt8) -> Int {
@@ -97,11 +102,13 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
         /// bits that fold: 0x20 in each letter's byte.
         let words: [UInt64]
         let masks: [UInt64]
+        /// Each spelling as it is, read the same way.
+        let spelled: [UInt64]
 
         init() {
             var slots = [UInt8](repeating: 0, count: 128)
             var words = [UInt64](repeating: 0, count: KnownHeader.allCases.count * wordsPerName)
-            var masks = words
+            var masks = words, spelled = words
             for code in KnownHeader.allCases where code != .other {
                 let spelling = Array(code.spelling.utf8), count = spelling.count
                 precondition(count >= 2 && count <= maxLength)
@@ -113,8 +120,9 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
                 let first = Int(code.rawValue) * wordsPerName
                 words.replaceSubrange(first..<(first + wordsPerName), with: Self.packed(lowered))
                 masks.replaceSubrange(first..<(first + wordsPerName), with: Self.packed(folding))
+                spelled.replaceSubrange(first..<(first + wordsPerName), with: Self.packed(spelling))
             }
-            (self.slots, self.words, self.masks) = (slots, words, masks)
+            (self.slots, self.words, self.masks, self.spelled) = (slots, words, masks, spelled)
             lengths = spellings.map(\.utf8.count)
         }
 

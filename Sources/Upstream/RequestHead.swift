@@ -20,48 +20,96 @@ extension UpstreamRequest {
     /// and desynchronise the kept-alive connection), then the framing. Nothing else is added: no Accept, no
     /// User-Agent, no Expect (as the curl requests with their overrides). `validate()` ran before.
     func appendHead(to out: inout [UInt8], endpoint: PlainHTTPEndpoint, framing: BodyFraming) {
-        // The room is made once; names are told by the code they were classified with.
-        var hasHost = false, size = method.utf8.count + endpoint.pathPrefix.utf8.count + pathAndQuery.utf8.count
+        // Room for the longest form, made once, then one pass of copies into it (an `Array.append` per piece
+        // was most of what building the head cost); names are told by the code they were classified with.
+        var hasHost = false, room = method.utf8.count + endpoint.pathPrefix.utf8.count + pathAndQuery.utf8.count
             + endpoint.headTail.count + 48
-        for field in headers {
-            size += field.name.utf8.count + field.value.utf8.count + 4
-            hasHost = hasHost || field.known == .host
+        for index in headers.indices {
+            room += headers[index].name.utf8.count + headers[index].value.utf8.count + 4
+            hasHost = hasHost || headers[index].known == .host
         }
-        out.reserveCapacity(out.count + size)
-        out.appendUTF8(method)
-        out.append(UInt8(ascii: " "))
-        if !endpoint.pathPrefix.isEmpty { out.appendUTF8(endpoint.pathPrefix) }
-        out.appendUTF8(pathAndQuery)
-        out.append(contentsOf: hasHost ? PlainHTTPEndpoint.versionLine : endpoint.headTail)
-        for field in headers where field.known != .contentLength && field.known != .transferEncoding {
-            out.appendUTF8(field.name)
-            out.append(UInt8(ascii: ":"))
-            if !field.value.isEmpty {
-                out.append(UInt8(ascii: " "))
-                out.appendUTF8(field.value)
+        // What the writer reads, as locals: captured whole, the endpoint and the request were copied per call.
+        let (method, prefix, target, headers) = (method, endpoint.pathPrefix, pathAndQuery, headers)
+        let tail = hasHost ? PlainHTTPEndpoint.versionLine : endpoint.headTail
+        out.append(addingCapacity: room) { head in
+            head.append(utf8: method)
+            head.append(UInt8(ascii: " "))
+            head.append(utf8: prefix)
+            head.append(utf8: target)
+            head.append(bytes: tail)
+            for index in headers.indices where headers[index].known != .contentLength && headers[index].known != .transferEncoding {
+                head.append(utf8: headers[index].name)
+                head.append(UInt8(ascii: ":"))
+                if !headers[index].value.isEmpty {
+                    head.append(UInt8(ascii: " "))
+                    head.append(utf8: headers[index].value)
+                }
+                head.appendLineEnd()
             }
-            out.append(UInt8(ascii: "\r"))
-            out.append(UInt8(ascii: "\n"))
+            switch framing {
+            case .none: break
+            case .length(let count):
+                head.append(ascii: "Content-Length: ")
+                head.append(decimal: count)
+                head.append(ascii: "\r\n")
+            case .chunked:
+                head.append(ascii: "Transfer-Encoding: chunked\r\n")
+            }
+            head.appendLineEnd()
         }
-        switch framing {
-        case .none: break
-        case .length(let count):
-            out.appendUTF8("Content-Length: ")
-            out.appendUTF8(String(count))
-            out.appendUTF8("\r\n")
-        case .chunked:
-            out.appendUTF8("Transfer-Encoding: chunked\r\n")
-        }
-        out.append(UInt8(ascii: "\r"))
-        out.append(UInt8(ascii: "\n"))
     }
 }
 
-extension Array where Element == UInt8 {
-    /// A string's bytes in one copy: appending the UTF8View goes byte by byte (a few percent of a request).
+extension OutputSpan where Element == UInt8 {
+    /// A string's UTF-8 bytes in one copy. Like every append to a span, it traps if they do not fit: the
+    /// writer reserves room for its longest form first.
     @inlinable @inline(__always)
-    public mutating func appendUTF8(_ text: String) {
-        let copied: Void? = text.utf8.withContiguousStorageIfAvailable { append(contentsOf: $0) }
-        if copied == nil { append(contentsOf: text.utf8) }
+    public mutating func append(utf8 text: String) {
+        let copied: Void? = text.utf8.withContiguousStorageIfAvailable { append(bytes: $0) }
+        if copied == nil { for byte in text.utf8 { append(byte) } }
+    }
+
+    @inlinable @inline(__always)
+    public mutating func append(ascii text: StaticString) {
+        text.withUTF8Buffer { append(bytes: $0) }
+    }
+
+    @inlinable @inline(__always)
+    public mutating func append(bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { append(bytes: $0) }
+    }
+
+    /// The span has no bulk append of its own.
+    @inlinable @inline(__always)
+    public mutating func append(bytes: UnsafeBufferPointer<UInt8>) {
+        withUnsafeMutableBufferPointer { buffer, initialized in
+            _ = UnsafeMutableBufferPointer(rebasing: buffer[initialized...]).initialize(fromContentsOf: bytes)
+            initialized += bytes.count
+        }
+    }
+
+    /// A number's decimal digits, at most 20 bytes (no String on the way), written from the last one back.
+    @inlinable
+    public mutating func append(decimal number: Int) {
+        if number < 0 { append(UInt8(ascii: "-")) }
+        var count = 1, rest = number.magnitude
+        while rest >= 10 { rest /= 10; count += 1 }
+        withUnsafeMutableBufferPointer { buffer, initialized in
+            precondition(buffer.count - initialized >= count, "no room for the digits")
+            var rest = number.magnitude, index = initialized + count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            initialized += count
+        }
+    }
+
+    /// CR LF: two bytes (a literal's copy costs more).
+    @inlinable @inline(__always)
+    public mutating func appendLineEnd() {
+        append(0x0D)
+        append(0x0A)
     }
 }

@@ -22,7 +22,7 @@ struct ResponseHead {
     @discardableResult
     mutating func add(name: UnsafeRawBufferPointer, trimmedValue value: UnsafeRawBufferPointer) -> KnownHeader {
         let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
-        let known = KnownHeader.classify(name)
+        let (known, canonical) = KnownHeader.classifySpelling(name)
         switch known {
         case .contentLength:
             lengths += 1
@@ -37,7 +37,7 @@ struct ResponseHead {
         }
         // A known name in its canonical spelling (as most upstreams write them) is that spelling's literal: no
         // String made, nothing classified again.
-        if known != .other, Self.same(name, known.spelling) {
+        if canonical {
             fields.append(HTTPField(known, text))
         } else {
             fields.append(HTTPField(name: name, value: text))

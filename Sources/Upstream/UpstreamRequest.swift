@@ -12,11 +12,13 @@ public struct HTTPField: Sendable, Equatable {
     }
 
     /// A field read off the wire: the name classified from its bytes where they lie (a parser has them at hand;
-    /// classifying the String made of them looks at them again).
+    /// classifying the String made of them looks at them again). A known name in its canonical spelling is that
+    /// spelling's literal: no String made of the bytes.
     public init(name: UnsafeRawBufferPointer, value: String) {
-        self.name = String(decoding: name, as: UTF8.self)
+        let (known, canonical) = KnownHeader.classifySpelling(name)
+        self.name = canonical ? known.spelling : String(decoding: name, as: UTF8.self)
         self.value = value
-        known = KnownHeader.classify(name)
+        self.known = known
     }
 
     /// A header the gateway sets, in its canonical spelling (nothing to classify).
@@ -60,6 +62,36 @@ extension HTTPField {
     static func sameLetterOrByte(_ lhs: UInt8, _ rhs: UInt8) -> Bool {
         lhs == rhs || (lhs | 0x20 == rhs | 0x20 && (lhs | 0x20) >= UInt8(ascii: "a") && (lhs | 0x20) <= UInt8(ascii: "z"))
     }
+}
+
+extension HTTPField {
+    /// Whether `value` can go into a header block as it is: no CR, LF or NUL (a line break would end the field
+    /// and start one of the sender's choosing). Eight bytes at a time: a word with no byte below 0x0E has none
+    /// of them, and only a word with one (a tab, say) is looked at byte by byte.
+    @inlinable
+    public static func isSendableValue(_ value: String) -> Bool {
+        value.utf8.withContiguousStorageIfAvailable { hasNoLineBreakOrNUL(UnsafeRawBufferPointer($0)) }
+            ?? value.utf8.allSatisfy(isSendableValueByte)
+    }
+
+    @usableFromInline
+    static func hasNoLineBreakOrNUL(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        var offset = 0
+        while offset + 8 <= bytes.count {
+            let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            if (word &- ones &* 0x0E) & ~word & highs != 0 { break }
+            offset += 8
+        }
+        while offset < bytes.count {
+            guard isSendableValueByte(bytes[offset]) else { return false }
+            offset += 1
+        }
+        return true
+    }
+
+    @usableFromInline @inline(__always)
+    static func isSendableValueByte(_ byte: UInt8) -> Bool { byte != 0x0D && byte != 0x0A && byte != 0 }
 }
 
 extension String {
@@ -121,7 +153,7 @@ extension UpstreamRequest {
                     || (!headers[index].name.isEmpty && headers[index].name.allBytes(HTTPField.isTokenByte)) else {
                 throw .invalidRequest("header name \"\(headers[index].name)\" is not an HTTP token")
             }
-            guard headers[index].value.allBytes({ $0 != 0x0D && $0 != 0x0A && $0 != 0 }) else {
+            guard HTTPField.isSendableValue(headers[index].value) else {
                 throw .invalidRequest("header \(headers[index].name) has a line break or NUL in its value")
             }
         }

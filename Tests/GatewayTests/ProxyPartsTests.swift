@@ -2,6 +2,7 @@ import RedisClient
 import EventLoop
 import AttestStore
 import Foundation
+import HTTPServer
 import AssertionCheck
 @testable import Gateway
 import TestSupport
@@ -50,6 +51,21 @@ final class ProxyPartsTests: XCTestCase {
         XCTAssertEqual(length, 12)
         XCTAssertNil(ForwardingRules.clientResponse([HTTPField("Server", "nginx")], requestId: "g").contentLength)
         XCTAssertNil(ForwardingRules.clientResponse([HTTPField("Content-Length", "x")], requestId: "g").contentLength)
+    }
+
+    /// The length read from bare digits is the one `Int` reads from the trimmed value, for every other form too.
+    func testClientResponseLengthReadsAsIntReadsTheTrimmedValue() {
+        for value in ["0", "11", "007", "123456789012345678", "1234567890123456789", "99999999999999999999", "+5", "-0", "-3",
+                      "\t42 ", "", " ", "4x", "1 2", "٣"] {
+            let length = ForwardingRules.clientResponse([HTTPField("Content-Length", value)], requestId: "g").contentLength
+            XCTAssertEqual(length, Int(value.trimmingSpaces), value.debugDescription)
+        }
+    }
+
+    func testForwardedElementQuotesIPv6Nodes() {
+        XCTAssertEqual(ForwardingRules.forwardedElement(client: "203.0.113.9", scheme: "http"), "for=203.0.113.9;proto=http")
+        XCTAssertEqual(ForwardingRules.forwardedElement(client: "2001:db8::17", scheme: "https"), "for=\"[2001:db8::17]\";proto=https")
+        XCTAssertEqual(ForwardingRules.forwardedElement(client: "", scheme: "http"), "for=;proto=http")
     }
 
     func testResponseHeadersKeepRepeatsAndDropFraming() {

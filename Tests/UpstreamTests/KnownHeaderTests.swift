@@ -44,4 +44,21 @@ final class KnownHeaderTests: XCTestCase {
         XCTAssertEqual(HTTPField(.xRequestId, "a"), HTTPField("X-Request-Id", "a"))
         XCTAssertEqual([HTTPField("connection", "a"), HTTPField("Connection", "b")].values(named: "CONNECTION"), ["a", "b"])
     }
+
+    /// A field read off the wire keeps its name byte for byte, whether it is a known name's canonical spelling
+    /// (then that literal stands for it), the same name in other letters, or a name one byte off.
+    func testWireNamesKeepTheirBytesWhetherCanonicalOrNot() {
+        func field(_ bytes: [UInt8]) -> HTTPField { bytes.withUnsafeBytes { HTTPField(name: $0, value: "v") } }
+        for code in KnownHeader.allCases where code != .other {
+            let spelling = Array(code.spelling.utf8)
+            XCTAssertEqual(field(spelling).name, code.spelling)
+            XCTAssertEqual(field(spelling).known, code)
+            for index in spelling.indices {
+                var other = spelling
+                other[index] ^= 0x20  // a letter in the other case; "-" becomes CR
+                XCTAssertEqual(field(other).name, String(decoding: other, as: UTF8.self), "\(code) \(index)")
+                XCTAssertEqual(field(other).known, spelling[index] == UInt8(ascii: "-") ? .other : code, "\(code) \(index)")
+            }
+        }
+    }
 }

@@ -68,4 +68,29 @@ final class UpstreamValidationTests: XCTestCase {
         XCTAssertNil(reasonCode { try fine.validate() })
         XCTAssertEqual(reasonCode { _ = try client.send(fine) }, "upstream_unavailable", "validation passed: nothing listens")
     }
+
+    /// The word-at-a-time check agrees with the byte rule for every length around a word's and every place:
+    /// CR, LF and NUL are refused, every other byte (tab and the other low controls included) passes.
+    func testSendableValuesAreJudgedAtEveryLengthAndPlace() {
+        for length in 1...20 {
+            for place in 0..<length {
+                for byte: UInt8 in [0x0D, 0x0A, 0x00, 0x09, 0x0B, 0x0C, 0x0E, 0x01, 0x7F, 0x80, 0xFF] {
+                    var value = [UInt8](repeating: UInt8(ascii: "v"), count: length)
+                    value[place] = byte
+                    let text = String(decoding: value, as: UTF8.self)  // 0x80, 0xFF: U+FFFD, still sendable
+                    XCTAssertEqual(HTTPField.isSendableValue(text), ![0x0D, 0x0A, 0x00].contains(byte), "\(length) \(place) \(byte)")
+                }
+            }
+        }
+        XCTAssertTrue(HTTPField.isSendableValue(""))
+    }
+
+    /// Numbers are written as `String(_:)` writes them, from one digit to the widest.
+    func testDecimalDigitsAreWrittenAsStringWritesThem() {
+        for number in [0, 7, 9, 10, 99, 100, 12_345, 1_000_000_007, Int.max, -1, -10, Int.min] {
+            var bytes: [UInt8] = []
+            bytes.append(addingCapacity: 21) { $0.append(decimal: number) }
+            XCTAssertEqual(String(decoding: bytes, as: UTF8.self), String(number))
+        }
+    }
 }

@@ -142,7 +142,7 @@ struct Forwarder {
         let scheme = request.tls == nil ? "http" : "https"
         let fromProxy = clientAddress.trustsPeer(request.clientAddress)
         headers.append(HTTPField(.xForwardedProto, fromProxy ? Self.appending(scheme, to: .xForwardedProto, in: request.headers) : scheme))
-        let element = Self.forwardedElement(client: request.clientAddress, scheme: scheme)
+        let element = ForwardingRules.forwardedElement(client: request.clientAddress, scheme: scheme)
         headers.append(HTTPField(.forwarded, fromProxy ? Self.appending(element, to: .forwarded, in: request.headers) : element))
         headers.append(HTTPField(.xRequestId, requestId))
         headers.append(HTTPField(.xAttestStatus, identity.status))
@@ -152,11 +152,5 @@ struct Forwarder {
         if let name = identity.debugName { headers.append(HTTPField(.xAttestDebugName, name)) }
         if let labels = identity.deviceIntegrity { headers.append(HTTPField(.xAttestDeviceIntegrity, labels.joined(separator: ","))) }
         return headers
-    }
-
-    /// RFC 7239's `for=…;proto=…`, an IPv6 node quoted in brackets. One interpolation: each `+` made another
-    /// string (the cheapest of the ways measured, writing the bytes into one new string included).
-    private static func forwardedElement(client: String, scheme: String) -> String {
-        client.allBytes { $0 != UInt8(ascii: ":") } ? "for=\(client);proto=\(scheme)" : "for=\"[\(client)]\";proto=\(scheme)"
     }
 }

@@ -93,13 +93,42 @@ enum ForwardingRules {
             kept.append(headers[index])
         }
         kept.append(HTTPField(.xRequestId, requestId))
-        return (kept, length.flatMap { Int($0.trimmingSpaces) })
+        return (kept, length.flatMap(contentLength))
+    }
+
+    /// The upstream's Content-Length as a number: read from the digits where that is all the value holds (the
+    /// usual case; a trimmed copy and `Int(_:)` cost 270 instructions a response), else as `Int` reads it trimmed.
+    private static func contentLength(_ value: String) -> Int? {
+        let digits = value.utf8.withContiguousStorageIfAvailable { bytes -> Int? in
+            guard !bytes.isEmpty, bytes.count <= 18 else { return nil }  // 18 digits cannot overflow
+            var number = 0
+            for byte in bytes {
+                guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { return nil }
+                number = number &* 10 &+ Int(byte &- UInt8(ascii: "0"))
+            }
+            return number
+        }
+        return (digits ?? nil) ?? Int(value.trimmingSpaces)
     }
 
     /// A known name by its code, only other names by their bytes.
     private static func isDroppedFromResponse(_ header: HTTPField, named: Set<[UInt8]>) -> Bool {
         if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
         return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
+    }
+
+    /// RFC 7239's `for=…;proto=…` for the upstream's `Forwarded`, an IPv6 node quoted in brackets: written into
+    /// one new string (an interpolation, appended piece by piece, cost 1,300 instructions a request).
+    static func forwardedElement(client: String, scheme: String) -> String {
+        let quoted = !client.allBytes { $0 != UInt8(ascii: ":") }
+        return String(unsafeUninitializedCapacity: client.utf8.count + scheme.utf8.count + 18) { buffer in
+            var element = unsafe OutputSpan(buffer: buffer, initializedCount: 0)
+            element.append(ascii: quoted ? "for=\"[" : "for=")
+            element.append(utf8: client)
+            element.append(ascii: quoted ? "]\";proto=" : ";proto=")
+            element.append(utf8: scheme)
+            return unsafe element.finalize(for: buffer)
+        }
     }
 
     /// The values of every `name` header, comma-joined as one list (HTTP's rule for repeated fields).
@@ -157,9 +186,13 @@ enum ForwardingRules {
 
     private static let keepAlive = Array("keep-alive".utf8)
 
+    /// By index (a zip of the two was most of what judging a response's `Connection: keep-alive` cost).
     private static func isKeepAlive(_ item: UnsafeBufferPointer<UInt8>) -> Bool {
-        item.count == keepAlive.count
-            && zip(item, keepAlive).allSatisfy { ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0) == $1 }
+        guard item.count == keepAlive.count else { return false }
+        for index in item.indices where (item[index] >= UInt8(ascii: "A") && item[index] <= UInt8(ascii: "Z") ? item[index] | 0x20 : item[index]) != keepAlive[index] {
+            return false
+        }
+        return true
     }
 }
 
