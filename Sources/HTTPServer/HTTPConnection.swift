@@ -323,7 +323,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         shared.requestStarted()
         // Answered from here where nothing waits; a handler that waits starts its own task.
-        shared.handler.start(exchange) { [self] in handlerReturned(exchange) }
+        shared.handler.start(exchange, done: handlerReturnedCallback)
     }
 
     /// Path and query, split at the first "?" of the target's bytes.
@@ -686,10 +686,15 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     private var handlerDone = false
+    /// `HTTPHandler.start`'s `done`, made once per connection (one capturing the exchange too allocated its
+    /// context every request). A request starts only once the handler of the one before returned, so the
+    /// call is always about the current exchange.
+    private lazy var handlerReturnedCallback: () -> Void = { [unowned self] in handlerReturned() }
 
-    private func handlerReturned(_ exchange: HTTPExchange) {
+    private func handlerReturned() {
+        guard !handlerDone else { return }  // once per exchange
         handlerDone = true
-        guard case .handling(let current) = phase, current === exchange else { return }
+        guard case .handling = phase else { return }
         if clientGone {
             close()
         } else if !responseStarted {
