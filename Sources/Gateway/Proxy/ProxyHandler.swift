@@ -102,40 +102,42 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
                 return .response(try await builtins.handle(endpoint, read, body: body, record: record, offload: offload))
             }
         }
-        let route: RouteConfig
-        switch runtime.router.match(method: exchange.head.method, path: path) {
+        // The route's fields are read where the router keeps them (a copy of the route cost ~500 instructions).
+        let entry: RouteEntry
+        switch runtime.router.lookup(method: exchange.head.method, path: path) {
         case .notFound: return request.answer(.failed(.routeNotFound))
         case .methodNotAllowed(let matched, let allowed):
             record.route = matched.name
             return request.answer(.failed(.methodNotAllowed(allowed: allowed)))
-        case .route(let matched): route = matched
+        case .route(let matched): entry = matched
         }
-        record.route = route.name
+        record.route = entry.name
         // Answered without reading the body (the connection then closes rather than skip it).
-        if route.policy == .deny { return request.answer(.failed(.routeDenied)) }
+        if entry.config.policy == .deny { return request.answer(.failed(.routeDenied)) }
         // The upstream client's rule, before anything is read: GET and HEAD carry no body.
         if exchange.head.hasBody, !UpstreamRequest.mayCarryBody(exchange.head.method) {
             return request.answer(.failed(.badRequest("a \(exchange.head.method) request cannot carry a body")))
         }
         // A declared length over the limit is refused before any other check: it costs nothing to know.
-        if case .contentLength(let length) = exchange.head.framing, length > route.maxBodyBytes {
-            return request.answer(.failed(.bodyTooLarge(limit: route.maxBodyBytes)))
+        if case .contentLength(let length) = exchange.head.framing, length > entry.config.maxBodyBytes {
+            return request.answer(.failed(.bodyTooLarge(limit: entry.config.maxBodyBytes)))
         }
-        let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
-        switch route.policy {
+        let body = BodySource(exchange, limit: entry.config.maxBodyBytes, record: record)
+        switch entry.config.policy {
         case .deny:
             request.answer(.failed(.routeDenied))
         case .pass:
             record.decision = "pass"
-            request.forward(route: route, body: body, identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil))
+            request.forward(route: entry, body: body, identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil))
         case .assert:
+            let route = entry.config
             let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
             waiting(request) { () async throws(GatewayError) -> Answer in
                 // Every header-only check happens before the body is read (inside `decide`).
                 let outcome = try await assertRoute.decide(HTTPRequest(exchange.head, body: []), body: body, path: path, route: route,
                                                            record: record)
                 let forwarded = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Answer>, Never>) in
-                    request.forward(route: route, body: body, identity: outcome.identity) { continuation.resume(returning: Unchecked($0)) }
+                    request.forward(route: entry, body: body, identity: outcome.identity) { continuation.resume(returning: Unchecked($0)) }
                 }
                 switch forwarded.value {
                 case .failed(let error):
@@ -187,7 +189,7 @@ private final class ProxyRequest {
     /// `HTTPHandler.start`'s: the handler has let go of the exchange.
     private let done: () -> Void
     // What a forward needs between reading the body and sending the request on.
-    private var upstream: String?
+    private var upstream: UpstreamBinding?
     private var timeouts = RouteTimeouts()
     private var body: BodySource?
     private var identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
@@ -218,9 +220,9 @@ private final class ProxyRequest {
     /// The body (relayed as it arrives on a pass route; an assert route has read and hashed it already), then
     /// the request forwarded on the loop its connection lives on: `then` is told once it was relayed, or why
     /// not (without `then`, that is the request's answer).
-    func forward(route: RouteConfig, body: BodySource, identity: Forwarder.Identity, then: ((ProxyHandler.Answer) -> Void)? = nil) {
-        (upstream, timeouts, self.body, self.identity, forwarded) = (route.upstream, route.timeouts, body, identity, then)
-        if route.policy == .pass && exchange.head.hasBody {
+    func forward(route: RouteEntry, body: BodySource, identity: Forwarder.Identity, then: ((ProxyHandler.Answer) -> Void)? = nil) {
+        (upstream, timeouts, self.body, self.identity, forwarded) = (route.upstream, route.config.timeouts, body, identity, then)
+        if route.config.policy == .pass && exchange.head.hasBody {
             let upload = UpstreamUpload(length: exchange.head.framing.declaredLength)
             body.stream(into: upload)
             return send([], upload: upload)
@@ -234,7 +236,7 @@ private final class ProxyRequest {
     }
 
     private func send(_ bytes: [UInt8], upload: UpstreamUpload?) {
-        guard let upstream = runtime.upstreams[upstream ?? ""], let multi = try? LoopMulti.current() else {
+        guard let upstream, let multi = try? LoopMulti.current() else {
             return ended(.failed(.routeNotFound))
         }
         Forwarder(log: handler.log, metrics: handler.metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
