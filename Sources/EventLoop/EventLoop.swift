@@ -91,8 +91,13 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
     private func submit(_ work: Work) {
         lock.lock()
         if ended { return lock.unlock() }
-        pending.append(work)
-        let first = pending.count == 1
+        // Appended on a copy taken out and put back: an access held across the array's own code would make
+        // every access to `pending` an exclusivity-checked one.
+        var queue = pending
+        pending = []
+        queue.append(work)
+        let first = queue.count == 1
+        pending = queue
         lock.unlock()
         guard first else { return }
         // A job resumed by the loop's own callbacks (a Redis reply, curl's headers) needs no eventfd write.
@@ -101,17 +106,25 @@ public final class EventLoop: TaskExecutor, @unchecked Sendable {
 
     private func runPending() {
         while true {
+            // The batch is a local taken out of `running` and put back: held in the property while the jobs run,
+            // every access to it would be an exclusivity-checked one.
+            var batch = running
+            running = []
             lock.lock()
-            swap(&pending, &running)
+            swap(&pending, &batch)
             lock.unlock()
-            if running.isEmpty { break }
-            for work in running {
+            if batch.isEmpty {
+                running = batch
+                break
+            }
+            for work in batch {
                 switch work {
                 case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
                 case .closure(let closure): closure()
                 }
             }
-            running.removeAll(keepingCapacity: true)
+            batch.removeAll(keepingCapacity: true)
+            running = batch
         }
         if stopping { core.stop() }
     }

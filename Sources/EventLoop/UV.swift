@@ -18,6 +18,8 @@ final class LoopCore {
     /// Connections whose writes all went out at once: told `drained()` on the next iteration, as a
     /// completed write request would have been.
     fileprivate var drainedConnections: [TCPConnection] = []
+    /// The other buffer `drainedConnections` swaps with as it is delivered (neither reallocated per wake-up).
+    private var deliveredConnections: [TCPConnection] = []
     /// Shared by every read on this loop: libuv asks for a buffer, the read callback consumes it at once.
     fileprivate let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     fileprivate let onWake: () -> Void
@@ -61,9 +63,12 @@ final class LoopCore {
             let core = Unmanaged<LoopCore>.fromOpaque(data).takeUnretainedValue()
             uv_idle_stop(idle)
             core.idling = false
-            let drained = core.drainedConnections
-            core.drainedConnections.removeAll(keepingCapacity: true)
+            var drained = core.drainedConnections
+            core.drainedConnections = core.deliveredConnections
+            core.deliveredConnections = []
             for connection in drained { connection.deliverDrained() }
+            drained.removeAll(keepingCapacity: true)
+            core.deliveredConnections = drained
             core.onWake()
         }
     }
@@ -663,7 +668,12 @@ public final class TCPConnection: LoopHandle {
                                      UInt32(bytes.count))
             let written = uv_try_write(cuv_stream(handle), &buffer, 1)
             if written == bytes.count {
-                core.drainedConnections.append(self)
+                // Appended on a copy taken out and put back: an access held across the array's own code would
+                // make every access to the list an exclusivity-checked one.
+                var drained = core.drainedConnections
+                core.drainedConnections = []
+                drained.append(self)
+                core.drainedConnections = drained
                 core.wakeFromLoop()
                 return
             }

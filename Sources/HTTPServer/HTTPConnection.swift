@@ -123,7 +123,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         switch phase {
         case .idle, .head:
             if fresh, shared.limits.h2c, !isTLS {
-                inbound.append(contentsOf: bytes)
+                appendInbound(bytes)
                 let preface = HTTP2Connection.preface
                 if inbound.starts(with: preface.prefix(inbound.count)) {
                     // Prior-knowledge HTTP/2 (`server.h2c`): once the whole preface is in, HTTP/2 takes over.
@@ -140,14 +140,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
                 phase = .head
                 timer.start(milliseconds: shared.limits.headerTimeoutMs)  // the whole head, not per byte
             }
-            inbound.append(contentsOf: bytes)
+            appendInbound(bytes)
             parseHead()
         case .handling:
             let reading = bodyEnd != nil && !bodyPaused
             if reading && inbound.isEmpty {
                 feedBody(bytes)
             } else {
-                inbound.append(contentsOf: bytes)
+                appendInbound(bytes)
                 if reading { feedBufferedBody() }
                 // Bytes waiting behind the exchange count against the budget too: past it, reading stops.
                 if inbound.count > Self.pipelineBound || !budgetInbound() { socket.stopReading() }
@@ -220,6 +220,15 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         return true
     }
 
+    /// Changed on a copy taken out and put back: an access held across the array's own code (which may free a
+    /// buffer) would make every access to `inbound` an exclusivity-checked one (a dozen a request).
+    private func appendInbound(_ bytes: UnsafeRawBufferPointer) {
+        var buffer = inbound
+        inbound = []
+        buffer.append(contentsOf: bytes)
+        inbound = buffer
+    }
+
     private func releaseInbound() {
         shared.bodyBudget.release(inboundReserved)
         inboundReserved = 0
@@ -257,8 +266,11 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
             return reject(RequestFraming.Violation(status: 400, reason: framing ? "ambiguous_framing" : "bad_request",
                                                    message: "malformed request: \(detail)"))
         }
-        inbound.removeFirst(headEnd)
-        if inbound.isEmpty && inbound.capacity > 4096 { inbound = [] }  // a big head's buffer is not kept meanwhile
+        var rest = inbound
+        inbound = []
+        rest.removeFirst(headEnd)
+        // A big head's buffer is not kept meanwhile.
+        if !rest.isEmpty || rest.capacity <= 4096 { inbound = rest }
         scanned = 0
         let method = parser.method
         let version = parser.minorVersion == 0 ? "HTTP/1.0" : "HTTP/1.1"  // HeadScan admitted no other
@@ -311,7 +323,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         shared.requestStarted()
         // Answered from here where nothing waits; a handler that waits starts its own task.
-        shared.handler.start(exchange) { [self] in handlerReturned(exchange) }
+        shared.handler.start(exchange, done: handlerReturnedCallback)
     }
 
     /// Path and query, split at the first "?" of the target's bytes.
@@ -333,11 +345,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
             bodyPiece = bytes
             return
         }
+        var joined = bodyJoined  // taken out and put back, as `inbound`
+        bodyJoined = []
         if let first = bodyPiece {
-            bodyJoined.append(contentsOf: first)
+            joined.append(contentsOf: first)
             bodyPiece = nil
         }
-        bodyJoined.append(contentsOf: bytes)
+        joined.append(contentsOf: bytes)
+        bodyJoined = joined
     }
 
     func parsedMessageComplete() { messageComplete = true }
@@ -416,7 +431,12 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private func feedBody(_ bytes: UnsafeRawBufferPointer) {
         // Chunked framing is checked before the parser sees it, and both must find the same end.
         var scannedEnd: Int?
-        switch chunkedScan?.scan(bytes) {
+        // Scanned on a copy taken out and put back, as `inbound`.
+        var scan = chunkedScan
+        chunkedScan = nil
+        let scanned = scan?.scan(bytes)
+        chunkedScan = scan
+        switch scanned {
         case .invalid(let problem)?:
             if bodyError == nil { bodyError = .badChunk(problem) }
         case .ended(let end)?:
@@ -432,7 +452,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
                 if chunkedScan != nil || scannedEnd.map({ $0 != consumed }) == true, bodyError == nil {
                     bodyError = .badChunk("the body's end is read two ways")
                 }
-                inbound.append(contentsOf: bytes[consumed...])  // the next pipelined request
+                appendInbound(UnsafeRawBufferPointer(rebasing: bytes[consumed...]))  // the next pipelined request
             case .failed(let detail):
                 if bodyError == nil { bodyError = .malformed(detail) }
             }
@@ -481,7 +501,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
 
     func whenWritable(_ wake: @escaping () -> Void) {
         if canWrite || clientGone { return wake() }
-        writableWaiters.append(wake)
+        var waiters = writableWaiters  // taken out and put back, as `inbound`
+        writableWaiters = []
+        waiters.append(wake)
+        writableWaiters = waiters
     }
 
     private func wakeWriters() {
@@ -564,7 +587,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     private func emit(_ bytes: UnsafeRawBufferPointer) {
-        outgoing.append(contentsOf: bytes)
+        var pending = outgoing  // taken out and put back, as `inbound`
+        outgoing = []
+        pending.append(contentsOf: bytes)
+        outgoing = pending
         outgoingGrew()
     }
 
@@ -583,10 +609,14 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private func flushOutgoing() {
         flushScheduled = false
         guard !outgoing.isEmpty, !socket.isClosed else { return }
-        socket.write(outgoing)
+        var written = outgoing  // taken out and put back, as `inbound`
+        outgoing = []
+        socket.write(written)
         // What the socket could not take is copied into its queue: a big buffer kept here as well would
         // double what a stalled stream holds (200 clients not reading 10 MB each: 10 MiB more RSS).
-        if outgoing.capacity > 16 * 1024 { outgoing = [] } else { outgoing.removeAll(keepingCapacity: true) }
+        guard written.capacity <= 16 * 1024 else { return }
+        written.removeAll(keepingCapacity: true)
+        outgoing = written
     }
 
     /// Bytes handed to the connection and not yet taken by the kernel.
@@ -647,10 +677,15 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     private var handlerDone = false
+    /// `HTTPHandler.start`'s `done`, made once per connection (one capturing the exchange too allocated its
+    /// context every request). A request starts only once the handler of the one before returned, so the
+    /// call is always about the current exchange.
+    private lazy var handlerReturnedCallback: () -> Void = { [unowned self] in handlerReturned() }
 
-    private func handlerReturned(_ exchange: HTTPExchange) {
+    private func handlerReturned() {
+        guard !handlerDone else { return }  // once per exchange
         handlerDone = true
-        guard case .handling(let current) = phase, current === exchange else { return }
+        guard case .handling = phase else { return }
         if clientGone {
             close()
         } else if !responseStarted {

@@ -27,27 +27,50 @@ struct Forwarder {
 
     /// Answers the client with the upstream's response; `done` gets its status once the relay has ended.
     /// Plain callbacks on the connection's loop: a pooled `http://` exchange needs no task.
-    func forward(_ request: HTTPRequest, exchange: HTTPExchange, multi: LoopMulti, to upstream: UpstreamBinding,
+    func forward(_ head: RequestHead, body: [UInt8], exchange: HTTPExchange, multi: LoopMulti, to upstream: UpstreamBinding,
                  timeouts: RouteTimeouts? = nil, upload: UpstreamUpload? = nil, identity: Identity,
                  record: RequestRecord, done: @escaping (Result<Int, GatewayError>) -> Void) {
-        let outgoing = UpstreamRequest(method: request.method, pathAndQuery: request.path + (request.query.map { "?" + $0 } ?? ""),
-                                       headers: headers(for: request, upstream: upstream, identity: identity, requestId: record.requestId),
-                                       body: request.body)
-        let start = DispatchTime.now().uptimeNanoseconds
+        let target = head.query.map { "\(head.path)?\($0)" } ?? head.path
+        let outgoing = UpstreamRequest(method: head.method, pathAndQuery: target,
+                                       headers: headers(for: head, upstream: upstream, identity: identity, requestId: record.requestId),
+                                       body: body)
+        let relay = Relay(exchange: exchange, upstream: upstream, record: record, metrics: metrics, done: done)
         upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
-                             upload: upload) { [metrics] opened in
+                             upload: upload) { [relay] in relay.opened($0) }
+    }
+
+    /// One forwarded request from the moment it is sent: its response head checked and relayed, then its body,
+    /// to the client as the upstream delivers it; when the client's buffer is full the upstream is paused, and
+    /// resumed when it drained. A client that leaves cancels the upstream exchange. `done` comes once, when
+    /// the relay is over either way. Every callback captures this object alone (no context allocated per
+    /// callback); they hold it until the relay ends.
+    private final class Relay {
+        private let exchange: HTTPExchange
+        private let upstream: UpstreamBinding
+        private let record: RequestRecord
+        private let metrics: Metrics
+        private let start = DispatchTime.now().uptimeNanoseconds
+        private var stream: UpstreamStream?
+        private var done: ((Result<Int, GatewayError>) -> Void)?
+
+        init(exchange: HTTPExchange, upstream: UpstreamBinding, record: RequestRecord, metrics: Metrics,
+             done: @escaping (Result<Int, GatewayError>) -> Void) {
+            (self.exchange, self.upstream, self.record, self.metrics, self.done) = (exchange, upstream, record, metrics, done)
+        }
+
+        /// The upstream's response head arrived, or why none will.
+        func opened(_ opened: Result<UpstreamStream, UpstreamError>) {
             let stream: UpstreamStream
             switch opened {
             case .success(let opened):
                 stream = opened
             case .failure(let error):
-                return done(.failure(Self.failed(error, upstream: upstream, since: start, record: record, metrics: metrics)))
+                return failed(error)
             }
             // Thousands of names in Connection only make the header rules work: the upstream is broken.
             if ConnectionTokens.exceedLimit(stream.headers) {
                 stream.cancel()
-                let error = UpstreamError.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names")
-                return done(.failure(Self.failed(error, upstream: upstream, since: start, record: record, metrics: metrics)))
+                return failed(.protocolError("the response's Connection lists more than \(ConnectionTokens.limit) names"))
             }
             record.upstreamStatus = stream.status
             record.upstreamAddr = stream.remoteAddress
@@ -55,7 +78,7 @@ struct Forwarder {
             // writable client forever).
             if exchange.isClientGone {
                 stream.cancel()
-                return done(.success(stream.status))
+                return finish(.success(stream.status))
             }
             // The gateway's request id replaces any the upstream echoes; the upstream's length is kept.
             let (headers, length) = ForwardingRules.clientResponse(stream.headers, requestId: record.requestId)
@@ -63,44 +86,15 @@ struct Forwarder {
                 // A header of the upstream's cannot be relayed as it is (the client got a JSON 500): nor its body.
                 stream.cancel()
                 record.reason = "invalid_response_header"
-                return done(.success(500))
+                return finish(.success(500))
             }
-            Relay(stream, to: exchange) {
-                record.upstreamMs = RequestRecord.milliseconds(since: start)
-                done(.success(stream.status))
-            }.run(record: record)
-        }
-    }
-
-    /// An upstream exchange that failed before a response: timed, counted, and the client's error.
-    private static func failed(_ error: UpstreamError, upstream: UpstreamBinding, since start: UInt64, record: RequestRecord,
-                               metrics: Metrics) -> GatewayError {
-        record.upstreamMs = RequestRecord.milliseconds(since: start)
-        metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
-                          help: "Upstream requests that failed before a response.")
-        return GatewayError(error)
-    }
-
-    /// Body bytes go to the client as the upstream delivers them; when the client's buffer is full the
-    /// upstream is paused, and resumed when it drained. A client that leaves cancels the upstream exchange.
-    /// `done` comes once, when the relay is over either way.
-    private final class Relay {
-        private let stream: UpstreamStream
-        private let exchange: HTTPExchange
-        private var done: (() -> Void)?
-
-        init(_ stream: UpstreamStream, to exchange: HTTPExchange, done: @escaping () -> Void) {
-            (self.stream, self.exchange, self.done) = (stream, exchange, done)
-        }
-
-        /// The relay's callbacks hold it until it ends.
-        func run(record: RequestRecord) {
+            self.stream = stream
             exchange.onWritable = { [stream] in stream.resume() }
             exchange.onClientGone = { [self] in
-                stream.cancel()
+                self.stream?.cancel()
                 // Called from inside the connection's own ending (which logs the exchange next): the forward
                 // ends on the loop's next turn, not in the middle of that.
-                exchange.loop.executeOnLoop(finish)
+                exchange.loop.executeOnLoop { [self] in relayEnded() }
             }
             stream.relay(body: { [exchange] bytes in exchange.writeBody(bytes) }, end: { [self] error in
                 if let error {
@@ -110,16 +104,30 @@ struct Forwarder {
                 } else {
                     exchange.endResponse()
                 }
-                finish()
+                relayEnded()
             })
         }
 
-        private func finish() {
-            guard let done else { return }
-            self.done = nil
+        /// An upstream exchange that failed before a response: timed, counted, and the client's error.
+        private func failed(_ error: UpstreamError) {
+            record.upstreamMs = RequestRecord.milliseconds(since: start)
+            metrics.increment("gateway_upstream_errors_total", ["upstream": upstream.name, "reason": error.reasonCode],
+                              help: "Upstream requests that failed before a response.")
+            finish(.failure(GatewayError(error)))
+        }
+
+        private func relayEnded() {
+            guard done != nil, let stream else { return }
             exchange.onWritable = nil
             exchange.onClientGone = nil
-            done()
+            record.upstreamMs = RequestRecord.milliseconds(since: start)
+            finish(.success(stream.status))
+        }
+
+        private func finish(_ result: Result<Int, GatewayError>) {
+            guard let done else { return }
+            self.done = nil
+            done(result)
         }
     }
 
@@ -131,7 +139,7 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own (named by their
     /// codes: nothing to classify).
-    private func headers(for request: HTTPRequest, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
+    private func headers(for request: RequestHead, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
         var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders, room: 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.known == .host }) {
             headers.append(HTTPField(.host, host.value))

@@ -79,7 +79,7 @@ public final class GatewayRuntime: Sendable {
         metrics.apply(KnownSeries(config: config).updates)
         let tokens = try GatewayTokens.build(config, store: store, previous: previous?.tokens, log: log)
         let google = try GoogleRuntime.build(config, previous: previous?.google, log: log, metrics: metrics)
-        return GatewayRuntime(config: config, router: Router(routes: config.routes), upstreams: upstreams, store: store, apple: apple,
+        return GatewayRuntime(config: config, router: Router(routes: config.routes, upstreams: upstreams), upstreams: upstreams, store: store, apple: apple,
                               tokens: tokens, google: google, previous: previous)
     }
 

@@ -54,27 +54,17 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     /// (`waiting`).
     public func start(_ exchange: HTTPExchange, done: @escaping () -> Void) {
         let runtime = self.runtime
-        let head = exchange.head
-        let record = RequestRecord(requestId: RequestID.accept(head.headers),
-                                   method: head.method, path: head.path, bytesIn: 0)
-        record.capture(head, clientAddress: runtime.config.clientAddress)
-        // The line is written when the response has been sent (or failed), with what was really sent.
-        exchange.onFinished = { [log, metrics, unowned exchange] outcome in
-            record.status = exchange.status ?? record.status
-            record.bytesOut = exchange.bytesSent
-            record.outcome = outcome
-            record.finish(log: log, metrics: metrics)
-        }
-        route(exchange, runtime: runtime, record: record) { [self] answer in
-            switch answer {
-            case .relayed: done()
-            case .response(let response): exchange.send(response, then: done)
-            case .failed(let error): exchange.send(errorResponse(error, record: record), then: done)
-            }
-        }
+        let record = RequestRecord(requestId: RequestID.accept(exchange.head.headers),
+                                   method: exchange.head.method, path: exchange.head.path, bytesIn: 0)
+        record.capture(exchange.head, clientAddress: runtime.config.clientAddress)
+        let request = ProxyRequest(handler: self, exchange: exchange, runtime: runtime, record: record, done: done)
+        // The line is written when the response has been sent (or failed), with what was really sent. The exchange
+        // lets go of the callback (and with it the request) once it has called it.
+        exchange.onFinished = { [request] outcome in request.log(outcome) }
+        route(request)
     }
 
-    private func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
+    fileprivate func errorResponse(_ error: GatewayError, record: RequestRecord) -> HTTPResponse {
         record.reason = error.reasonCode
         record.detail = error.internalDetail
         if record.decision != "upstream_error" { record.decision = "denied" }
@@ -90,7 +80,7 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
     }
 
     /// How the handler's part of a request ended.
-    private enum Answer {
+    fileprivate enum Answer {
         /// The upstream's response was relayed (with this status).
         case relayed(status: Int)
         /// This response is to be sent.
@@ -99,55 +89,55 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         case failed(GatewayError)
     }
 
-    private func route(_ exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord, done: @escaping (Answer) -> Void) {
-        let head = exchange.head
-        guard let path = runtime.config.hardening.routablePath(head.path) else { return done(.failed(.badPath)) }
+    private func route(_ request: ProxyRequest) {
+        let (exchange, runtime, record) = (request.exchange, request.runtime, request.record)
+        guard let path = runtime.config.hardening.routablePath(exchange.head.path) else { return request.answer(.failed(.badPath)) }
         let builtins = BuiltinEndpoints(runtime: runtime, keyCache: keyCache, metrics: metrics)
         if let endpoint = builtins.endpoint(for: path) {
             record.decision = "builtin"
             record.route = "builtin:" + endpoint.rawValue
-            return waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> Answer in
+            return waiting(request) { [self] () async throws(GatewayError) -> Answer in
                 let body = BodySource(exchange, limit: endpoint.maxBodyBytes, record: record)
-                let request = HTTPRequest(head, body: try await body.read())
-                return .response(try await builtins.handle(endpoint, request, body: body, record: record, offload: offload))
+                let read = HTTPRequest(exchange.head, body: try await body.read())
+                return .response(try await builtins.handle(endpoint, read, body: body, record: record, offload: offload))
             }
         }
-        let route: RouteConfig
-        switch runtime.router.match(method: head.method, path: path) {
-        case .notFound: return done(.failed(.routeNotFound))
+        // The route's fields are read where the router keeps them (a copy of the route cost ~500 instructions).
+        let entry: RouteEntry
+        switch runtime.router.lookup(method: exchange.head.method, path: path) {
+        case .notFound: return request.answer(.failed(.routeNotFound))
         case .methodNotAllowed(let matched, let allowed):
             record.route = matched.name
-            return done(.failed(.methodNotAllowed(allowed: allowed)))
-        case .route(let matched): route = matched
+            return request.answer(.failed(.methodNotAllowed(allowed: allowed)))
+        case .route(let matched): entry = matched
         }
-        record.route = route.name
+        record.route = entry.name
         // Answered without reading the body (the connection then closes rather than skip it).
-        if route.policy == .deny { return done(.failed(.routeDenied)) }
+        if entry.config.policy == .deny { return request.answer(.failed(.routeDenied)) }
         // The upstream client's rule, before anything is read: GET and HEAD carry no body.
-        if head.hasBody, !UpstreamRequest.mayCarryBody(head.method) {
-            return done(.failed(.badRequest("a \(head.method) request cannot carry a body")))
+        if exchange.head.hasBody, !UpstreamRequest.mayCarryBody(exchange.head.method) {
+            return request.answer(.failed(.badRequest("a \(exchange.head.method) request cannot carry a body")))
         }
         // A declared length over the limit is refused before any other check: it costs nothing to know.
-        if case .contentLength(let length) = head.framing, length > route.maxBodyBytes {
-            return done(.failed(.bodyTooLarge(limit: route.maxBodyBytes)))
+        if case .contentLength(let length) = exchange.head.framing, length > entry.config.maxBodyBytes {
+            return request.answer(.failed(.bodyTooLarge(limit: entry.config.maxBodyBytes)))
         }
-        let body = BodySource(exchange, limit: route.maxBodyBytes, record: record)
-        switch route.policy {
+        let body = BodySource(exchange, limit: entry.config.maxBodyBytes, record: record)
+        switch entry.config.policy {
         case .deny:
-            done(.failed(.routeDenied))
+            request.answer(.failed(.routeDenied))
         case .pass:
             record.decision = "pass"
-            let identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
-            forward(exchange, runtime: runtime, route: route, body: body, identity: identity, record: record, done: done)
+            request.forward(route: entry, body: body, identity: Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil))
         case .assert:
+            let route = entry.config
             let assertRoute = AssertRoute(runtime: runtime, keyCache: keyCache, metrics: metrics, log: log)
-            waiting(on: exchange.loop, done) { [self] () async throws(GatewayError) -> Answer in
+            waiting(request) { () async throws(GatewayError) -> Answer in
                 // Every header-only check happens before the body is read (inside `decide`).
-                let outcome = try await assertRoute.decide(HTTPRequest(head, body: []), body: body, path: path, route: route, record: record)
+                let outcome = try await assertRoute.decide(HTTPRequest(exchange.head, body: []), body: body, path: path, route: route,
+                                                           record: record)
                 let forwarded = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Answer>, Never>) in
-                    forward(exchange, runtime: runtime, route: route, body: body, identity: outcome.identity, record: record) {
-                        continuation.resume(returning: Unchecked($0))
-                    }
+                    request.forward(route: entry, body: body, identity: outcome.identity) { continuation.resume(returning: Unchecked($0)) }
                 }
                 switch forwarded.value {
                 case .failed(let error):
@@ -167,52 +157,15 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         }
     }
 
-    /// The body (relayed as it arrives on a pass route; an assert route has read and hashed it already), then
-    /// the request forwarded on the loop its connection lives on: `done` is told once it was relayed, or why not.
-    private func forward(_ exchange: HTTPExchange, runtime: GatewayRuntime, route: RouteConfig, body: BodySource,
-                         identity: Forwarder.Identity, record: RequestRecord, done: @escaping (Answer) -> Void) {
-        let head = exchange.head
-        let upload = route.policy == .pass && head.hasBody ? UpstreamUpload(length: head.framing.declaredLength) : nil
-        let send = { [self] (bytes: [UInt8]) in
-            guard let upstream = runtime.upstreams[route.upstream ?? ""], let multi = try? LoopMulti.current() else {
-                return done(.failed(.routeNotFound))
-            }
-            Forwarder(log: log, metrics: metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
-                      clientAddress: runtime.config.clientAddress)
-                .forward(HTTPRequest(head, body: bytes), exchange: exchange, multi: multi, to: upstream, timeouts: route.timeouts,
-                         upload: upload, identity: identity, record: record) { forwarded in
-                    switch forwarded {
-                    case .success(let status):
-                        done(.relayed(status: status))
-                    case .failure(let error):
-                        // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
-                        if let failure = body.streamFailure { return done(.failed(failure)) }
-                        record.decision = "upstream_error"
-                        done(.failed(error))
-                    }
-                }
-        }
-        if let upload {
-            body.stream(into: upload)
-            return send([])
-        }
-        body.read { read in
-            switch read {
-            case .success(let bytes): send(bytes)
-            case .failure(let error): done(.failed(error))
-            }
-        }
-    }
-
     /// A step that waits (Redis, Apple, Google, a body read whole before a decision) runs as a task on the
-    /// exchange's loop; `done` is told its result there.
-    private func waiting(on loop: EventLoop, _ done: @escaping (Answer) -> Void, _ step: @escaping () async throws(GatewayError) -> Answer) {
-        let (done, step) = (Unchecked(done), Unchecked(step))
-        Task(executorPreference: loop) {
+    /// exchange's loop; the request is answered with its result there.
+    private func waiting(_ request: ProxyRequest, _ step: @escaping () async throws(GatewayError) -> Answer) {
+        let (request, step) = (Unchecked(request), Unchecked(step))
+        Task(executorPreference: request.value.exchange.loop) {
             do throws(GatewayError) {
-                done.value(try await step.value())
+                request.value.answer(try await step.value())
             } catch {
-                done.value(.failed(error))
+                request.value.answer(.failed(error))
             }
         }
     }
@@ -222,6 +175,92 @@ public final class ProxyHandler: HTTPHandler, @unchecked Sendable {
         try await blocking.run { () -> Result<T, GatewayError> in
             do throws(GatewayError) { return .success(try body()) } catch { return .failure(error) }
         }.get()
+    }
+}
+
+/// One request on its way through the handler: what the callbacks of its steps share, in one object that each
+/// of them captures alone (a closure capturing several values allocates its context: there were a dozen of
+/// them a request). Loop thread only.
+private final class ProxyRequest {
+    let handler: ProxyHandler
+    let exchange: HTTPExchange
+    let runtime: GatewayRuntime
+    let record: RequestRecord
+    /// `HTTPHandler.start`'s: the handler has let go of the exchange.
+    private let done: () -> Void
+    // What a forward needs between reading the body and sending the request on.
+    private var upstream: UpstreamBinding?
+    private var timeouts = RouteTimeouts()
+    private var body: BodySource?
+    private var identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
+    /// Told how the forward went; nil: it is the request's answer.
+    private var forwarded: ((ProxyHandler.Answer) -> Void)?
+
+    init(handler: ProxyHandler, exchange: HTTPExchange, runtime: GatewayRuntime, record: RequestRecord, done: @escaping () -> Void) {
+        (self.handler, self.exchange, self.runtime, self.record, self.done) = (handler, exchange, runtime, record, done)
+    }
+
+    /// The exchange ended (`outcome`): the access-log line and the metrics.
+    func log(_ outcome: ExchangeOutcome) {
+        record.status = exchange.status ?? record.status
+        record.bytesOut = exchange.bytesSent
+        record.outcome = outcome
+        record.finish(log: handler.log, metrics: handler.metrics)
+    }
+
+    /// The handler's part ends with `answer`.
+    func answer(_ answer: ProxyHandler.Answer) {
+        switch answer {
+        case .relayed: done()
+        case .response(let response): exchange.send(response, then: done)
+        case .failed(let error): exchange.send(handler.errorResponse(error, record: record), then: done)
+        }
+    }
+
+    /// The body (relayed as it arrives on a pass route; an assert route has read and hashed it already), then
+    /// the request forwarded on the loop its connection lives on: `then` is told once it was relayed, or why
+    /// not (without `then`, that is the request's answer).
+    func forward(route: RouteEntry, body: BodySource, identity: Forwarder.Identity, then: ((ProxyHandler.Answer) -> Void)? = nil) {
+        (upstream, timeouts, self.body, self.identity, forwarded) = (route.upstream, route.config.timeouts, body, identity, then)
+        if route.config.policy == .pass && exchange.head.hasBody {
+            let upload = UpstreamUpload(length: exchange.head.framing.declaredLength)
+            body.stream(into: upload)
+            return send([], upload: upload)
+        }
+        body.read { [self] read in
+            switch read {
+            case .success(let bytes): send(bytes, upload: nil)
+            case .failure(let error): ended(.failed(error))
+            }
+        }
+    }
+
+    private func send(_ bytes: [UInt8], upload: UpstreamUpload?) {
+        guard let upstream, let multi = try? LoopMulti.current() else {
+            return ended(.failed(.routeNotFound))
+        }
+        Forwarder(log: handler.log, metrics: handler.metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
+                  clientAddress: runtime.config.clientAddress)
+            .forward(exchange.head, body: bytes, exchange: exchange, multi: multi, to: upstream, timeouts: timeouts, upload: upload,
+                     identity: identity, record: record) { [self] in relayed($0) }
+    }
+
+    private func relayed(_ result: Result<Int, GatewayError>) {
+        switch result {
+        case .success(let status):
+            ended(.relayed(status: status))
+        case .failure(let error):
+            // The client's body broke off first: that is the reason, not the upstream exchange it aborted.
+            if let failure = body?.streamFailure { return ended(.failed(failure)) }
+            record.decision = "upstream_error"
+            ended(.failed(error))
+        }
+    }
+
+    private func ended(_ result: ProxyHandler.Answer) {
+        guard let then = forwarded else { return answer(result) }
+        forwarded = nil
+        then(result)
     }
 }
 

@@ -7,6 +7,25 @@ public enum RouteMatch: Sendable, Equatable {
     case notFound
 }
 
+/// A configured route as the router holds it: a lookup hands out this reference instead of copying the
+/// route's many references out and destroying them again (~500 instructions a request).
+final class RouteEntry: Sendable {
+    let config: RouteConfig
+    /// How logs and metrics name the route (`RouteConfig.name`), made once.
+    let name: String
+    /// The route's upstream, found once (nil for `deny` routes): not hashed again for every request.
+    let upstream: UpstreamBinding?
+
+    init(_ config: RouteConfig, upstream: UpstreamBinding?) { (self.config, name, self.upstream) = (config, config.name, upstream) }
+}
+
+/// `Router.lookup`'s outcome: `RouteMatch` with the router's own entries.
+enum RouteLookup {
+    case route(RouteEntry)
+    case methodNotAllowed(RouteEntry, allowed: [String])
+    case notFound
+}
+
 /// Picks the route for a decoded path: an exact `path` first, else the longest `path_prefix`.
 /// Near misses take the safe reading, since frameworks route them to the same handler: an exact path also
 /// covers its trailing-slash twin (`/v1/chat` and `/v1/chat/`), unless the twin has an exact route of its
@@ -16,9 +35,8 @@ public enum RouteMatch: Sendable, Equatable {
 /// one for the exact bytes the upstream will receive. Routes with `case_insensitive` compare folded paths
 /// (see `fold`); a case-sensitive exact route beats a case-insensitive one.
 public struct Router: Sendable {
-    /// The routes as configured; the tables below hold indices into it, so a lookup copies one route (its
-    /// many references) once, at the end.
-    private let routes: [RouteConfig]
+    /// The routes as configured; the tables below hold indices into it.
+    private let routes: [RouteEntry]
     private let exact: [[UInt8]: Int]
     /// Case-insensitive exact routes, by folded path.
     private let exactFolded: [[UInt8]: Int]
@@ -30,7 +48,10 @@ public struct Router: Sendable {
     private let exactLengths: Set<Int>
 
     /// With several routes for the same path (which `GatewayConfig` refuses) the first wins.
-    public init(routes: [RouteConfig]) {
+    public init(routes: [RouteConfig]) { self.init(routes: routes, upstreams: [:]) }
+
+    /// `upstreams`: the bindings the entries hand out with their routes.
+    init(routes: [RouteConfig], upstreams: [String: UpstreamBinding]) {
         var exact: [[UInt8]: Int] = [:]
         var exactFolded: [[UInt8]: Int] = [:]
         var prefixes: [(prefix: [UInt8], folded: Bool, route: Int)] = []
@@ -44,7 +65,7 @@ public struct Router: Sendable {
                 prefixes.append((Array((route.caseInsensitive ? Router.fold(prefix) : prefix).utf8), route.caseInsensitive, index))
             }
         }
-        self.routes = routes
+        self.routes = routes.map { RouteEntry($0, upstream: $0.upstream.flatMap { upstreams[$0] }) }
         self.exact = exact
         self.exactFolded = exactFolded
         // Stable order keeps the first of equal prefixes in front.
@@ -57,6 +78,15 @@ public struct Router: Sendable {
 
     /// `path` is the percent-decoded path (see `PathDecoding`).
     public func match(method: String, path: String) -> RouteMatch {
+        switch lookup(method: method, path: path) {
+        case .route(let entry): .route(entry.config)
+        case .methodNotAllowed(let entry, let allowed): .methodNotAllowed(entry.config, allowed: allowed)
+        case .notFound: .notFound
+        }
+    }
+
+    /// `match`, answering with the router's entry (nothing copied).
+    func lookup(method: String, path: String) -> RouteLookup {
         let found: Int?
         if exactLengths.isEmpty, !folds {
             // Prefixes only, none folded (the usual configuration): the path's bytes in place, not copied.
@@ -67,9 +97,9 @@ public struct Router: Sendable {
             found = (exact.isEmpty ? nil : exact[bytes]) ?? (folds ? exactFolded[folded] : nil) ?? nearest(bytes, folded)
         }
         guard let index = found else { return .notFound }
-        let route = routes[index]
-        guard let methods = route.methods else { return .route(route) }
-        return methods.contains(method) ? .route(route) : .methodNotAllowed(route, allowed: methods)
+        let entry = routes[index]
+        guard let methods = entry.config.methods else { return .route(entry) }
+        return methods.contains(method) ? .route(entry) : .methodNotAllowed(entry, allowed: methods)
     }
 
     /// The route of the longest prefix covering `path`, when no prefix is folded.
@@ -90,7 +120,7 @@ public struct Router: Sendable {
         let prefixLength = prefixes[prefix].prefix.count
         guard prefixLength >= twin.count else { return twinRoute }
         if prefixLength > twin.count { return prefixRoute }
-        return routes[prefixRoute].policy.strength >= routes[twinRoute].policy.strength ? prefixRoute : twinRoute
+        return routes[prefixRoute].config.policy.strength >= routes[twinRoute].config.policy.strength ? prefixRoute : twinRoute
     }
 
     /// The path with a trailing "/" added or taken off ("/" itself has none); nil too when no exact path has
