@@ -94,6 +94,7 @@ public final class AttestStore: Sendable {
                                               window: window, rateLimit: rateLimit, route: route, now: now))
     }
 
+    nonisolated(nonsending)
     public func commitAssertion(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?,
                                 counter: UInt32, window: Int, rateLimit: RateLimit? = nil, route: String = "",
                                 now: Date = Date()) async throws(StoreError) -> CommitOutcome {
@@ -108,13 +109,21 @@ public final class AttestStore: Sendable {
         }
         guard StoreKeys.isPlausible(keyId: keyId) else { return .answered(.rejected(.keyUnknown)) }
         if let challenge { try challenge.validate() }
+        // Keys and arguments written straight into the command (see `StoreScripts.commitAssertion`).
         let slot = keys.slot(keyId)
-        var commitKeys = [slot.record(environment), slot.window(environment), slot.rate(route: route)]
-        if let challenge { commitKeys.append(slot.spentChallenge(challenge.id)) }
-        let arguments = [String(counter), String(window), String(KeyRecord.seconds(now)),
-                         String(rateLimit?.requests ?? 0), String((rateLimit?.perSeconds ?? 0) * 1000),
-                         String(challenge?.ttlMs ?? 0)].map { Array($0.utf8) }
-        return .send(.script(scripts.commitAssertion, keys: commitKeys, arguments: arguments), Self.commitOutcome)
+        var call = RedisArguments(capacity: 4 * slot.start.count + (challenge?.id.utf8.count ?? 0) + route.utf8.count + 160)
+        call.append(challenge == nil ? 3 : 4)
+        slot.append(.record(environment), to: &call)
+        slot.append(.window(environment), to: &call)
+        slot.append(.rate(route: route), to: &call)
+        if let challenge { slot.append(.spentChallenge(challenge.id), to: &call) }
+        call.append(Int(counter))
+        call.append(window)
+        call.append(Int(KeyRecord.seconds(now)))
+        call.append(rateLimit?.requests ?? 0)
+        call.append((rateLimit?.perSeconds ?? 0) * 1000)
+        call.append(challenge?.ttlMs ?? 0)
+        return .send(.script(scripts.commitAssertion, call: call, key: slot.start), Self.commitOutcome)
     }
 
     /// Marks the key revoked (in `environment`, or wherever it is); false when there is no such key.

@@ -4,49 +4,55 @@ import RedisClient
 /// A Lua script run with EVALSHA. Its SHA1 is learned from SCRIPT LOAD on first use; a server that has not
 /// seen it (a restart, a failover, another Cluster node) answers NOSCRIPT, and then EVAL runs it and caches
 /// it there. Every script touches keys of a single hash tag, so it stays valid on Redis Cluster.
+///
+/// A call's arguments are the number of keys, the keys, then the script's own arguments, in RESP
+/// (`RedisArguments`); the script puts EVALSHA and the SHA1 (or EVAL and the source) in front.
 final class LuaScript: Sendable {
     let name: String
     private let source: [UInt8]
-    /// The SHA1 as EVALSHA takes it, once SCRIPT LOAD has answered it.
-    private let sha = Locked<[UInt8]?>(nil)
-    private static let evalsha = Array("EVALSHA".utf8)
-    private static let eval = Array("EVAL".utf8)
+    /// EVALSHA and the SHA1, as a command starts, once SCRIPT LOAD has answered the SHA1.
+    private let evalsha = Locked<RedisArguments?>(nil)
+    /// EVAL and the source, for a server that answers NOSCRIPT.
+    private let eval: RedisArguments
 
     init(name: String, source: String) {
         self.name = name
         self.source = Array(source.utf8)
+        var eval = RedisArguments(capacity: self.source.count + 32)
+        eval.append(Array("EVAL".utf8))
+        eval.append(self.source)
+        self.eval = eval
     }
 
-    /// Runs the script through `command` (which places every command on the keys' server); an error reply is
-    /// thrown.
-    func run(keys: [[UInt8]], arguments: [[UInt8]],
-             command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> RedisReply {
-        // EVALSHA sha numkeys key… arg…, in one array sized once.
-        let digest: [UInt8]
-        if let known = sha.withLock({ $0 }) { digest = known } else { digest = try await load(command) }
-        var words = [Self.evalsha, digest]
-        words.reserveCapacity(3 + keys.count + arguments.count)
-        words.append(Array(String(keys.count).utf8))
-        words += keys
-        words += arguments
-        let reply = try await command(words)
-        if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
-            words[0] = Self.eval
-            words[1] = source
-            return try checked(await command(words))
-        }
-        return try checked(reply)
+    /// The arguments of a call with `keys` and `arguments`.
+    static func call(keys: [[UInt8]], arguments: [[UInt8]]) -> RedisArguments {
+        var call = RedisArguments(capacity: 16 + (keys + arguments).reduce(0) { $0 + $1.count + 16 })
+        call.append(keys.count)
+        for key in keys { call.append(key) }
+        for argument in arguments { call.append(argument) }
+        return call
     }
 
-    /// SCRIPT LOAD, on first use (the known SHA1 is read without an async call of its own).
-    private func load(_ command: (_ arguments: [[UInt8]]) async throws(StoreError) -> RedisReply) async throws(StoreError) -> [UInt8] {
-        let loaded = try await command([Array("SCRIPT".utf8), Array("LOAD".utf8), source])
-        guard case .string(let digest) = loaded else { throw loaded.storeError(context: "SCRIPT LOAD of \(name)") }
-        sha.withLock { $0 = digest }
-        return digest
+    /// EVALSHA and the SHA1 as a call starts; nil until SCRIPT LOAD answered (`loaded`).
+    var start: RedisArguments? { evalsha.withLock { $0 } }
+
+    /// The call's command for a server that answered NOSCRIPT: EVAL and the source (it caches the script).
+    func evalCommand(_ call: RedisArguments) -> RedisCommand { RedisCommand(eval, call) }
+
+    var loadCommand: RedisCommand { RedisCommand([Array("SCRIPT".utf8), Array("LOAD".utf8), source]) }
+
+    /// What SCRIPT LOAD answered: the start of every call from now on.
+    func loaded(_ reply: RedisReply) throws(StoreError) -> RedisArguments {
+        guard case .string(let digest) = reply else { throw reply.storeError(context: "SCRIPT LOAD of \(name)") }
+        var start = RedisArguments(capacity: 64)
+        start.append(Array("EVALSHA".utf8))
+        start.append(digest)
+        evalsha.withLock { $0 = start }
+        return start
     }
 
-    private func checked(_ reply: RedisReply) throws(StoreError) -> RedisReply {
+    /// The reply, unless it is an error.
+    func checked(_ reply: RedisReply) throws(StoreError) -> RedisReply {
         if case .error = reply { throw reply.storeError(context: "script \(name)") }
         return reply
     }

@@ -1,5 +1,6 @@
 import EventLoop
 import AssertionCheck
+import RedisClient
 
 /// The Redis key layout. Everything about one App Attest key shares the hash tag `{<key id>}`, so
 /// each script touches a single Redis Cluster slot:
@@ -41,7 +42,9 @@ struct StoreKeys: Sendable {
     /// for the several names of one script: made per name (a base64 encoding and a string interpolation
     /// each) it cost ~5,000 instructions a name on the assert route.
     struct Slot {
-        private let start: [UInt8]
+        /// `<prefix>:{<key id>}:`. Its hash tag is every name's: as a command's key it places the command on
+        /// the slot's Cluster node.
+        let start: [UInt8]
 
         fileprivate init(_ prefix: [UInt8], keyId: [UInt8]) {
             var start = prefix
@@ -51,18 +54,35 @@ struct StoreKeys: Sendable {
             self.start = start
         }
 
-        func record(_ environment: AppAttestEnvironment) -> [UInt8] { name(environment.rawValue, ":key") }
-        func window(_ environment: AppAttestEnvironment) -> [UInt8] { name(environment.rawValue, ":win") }
-        /// An assertion's spent challenge, in the slot of its key (one script, one Cluster slot).
-        func spentChallenge(_ id: String) -> [UInt8] { name("ch:", id) }
-        func claim(route: String) -> [UInt8] { name("claim:", route) }
-        func rate(route: String) -> [UInt8] { name("rate:", route) }
+        /// What follows the start in one name, in two parts: joined only where the name is written.
+        struct Suffix {
+            let first: String
+            let second: String
 
-        private func name(_ first: String, _ second: String) -> [UInt8] {
+            static func record(_ environment: AppAttestEnvironment) -> Suffix { Suffix(first: environment.rawValue, second: ":key") }
+            static func window(_ environment: AppAttestEnvironment) -> Suffix { Suffix(first: environment.rawValue, second: ":win") }
+            /// An assertion's spent challenge, in the slot of its key (one script, one Cluster slot).
+            static func spentChallenge(_ id: String) -> Suffix { Suffix(first: "ch:", second: id) }
+            static func claim(route: String) -> Suffix { Suffix(first: "claim:", second: route) }
+            static func rate(route: String) -> Suffix { Suffix(first: "rate:", second: route) }
+        }
+
+        func record(_ environment: AppAttestEnvironment) -> [UInt8] { name(.record(environment)) }
+        func window(_ environment: AppAttestEnvironment) -> [UInt8] { name(.window(environment)) }
+        func spentChallenge(_ id: String) -> [UInt8] { name(.spentChallenge(id)) }
+        func claim(route: String) -> [UInt8] { name(.claim(route: route)) }
+        func rate(route: String) -> [UInt8] { name(.rate(route: route)) }
+
+        /// The name as the next argument of a command, written there directly.
+        func append(_ suffix: Suffix, to arguments: inout RedisArguments) {
+            arguments.append(start, suffix.first, suffix.second)
+        }
+
+        private func name(_ suffix: Suffix) -> [UInt8] {
             var name = start
-            name.reserveCapacity(start.count + first.utf8.count + second.utf8.count)
-            name += first.utf8
-            name += second.utf8
+            name.reserveCapacity(start.count + suffix.first.utf8.count + suffix.second.utf8.count)
+            name += suffix.first.utf8
+            name += suffix.second.utf8
             return name
         }
     }

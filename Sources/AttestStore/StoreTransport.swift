@@ -21,17 +21,24 @@ extension StoreTransport {
         return try prepared.decode(sendBlocking(request))
     }
 
+    nonisolated(nonsending)
     func perform<T>(_ prepared: Prepared<T>) async throws(StoreError) -> T {
         guard let request = prepared.request else { return prepared.answer! }
         return try prepared.decode(await send(request))
     }
 }
 
-/// One Redis request of the store: a plain command (with the key that places it on a Cluster slot) or one
-/// of its scripts (placed by its first key: every key of a script shares one slot).
+/// One Redis request of the store: a plain command (with the key that places it on a Cluster slot) or a
+/// call of one of its scripts (placed by its first key: every key of a script shares one slot).
 enum StoreRequest {
     case command([[UInt8]], key: [UInt8]?)
-    case script(LuaScript, keys: [[UInt8]], arguments: [[UInt8]])
+    /// `call`: the number of keys, the keys and the arguments (`LuaScript.call`); `key`: any name of the
+    /// keys' slot.
+    case script(LuaScript, call: RedisArguments, key: [UInt8]?)
+
+    static func script(_ script: LuaScript, keys: [[UInt8]], arguments: [[UInt8]]) -> StoreRequest {
+        .script(script, call: LuaScript.call(keys: keys, arguments: arguments), key: keys.first)
+    }
 
     /// A command on the key that is its first argument (SET key …, ZADD key …).
     static func keyed(_ arguments: [[UInt8]]) -> StoreRequest { .command(arguments, key: arguments.dropFirst().first) }
@@ -47,15 +54,26 @@ final class StoreTransport: Sendable {
         self.redis = redis
     }
 
+    /// Runs on the caller's executor, as do the steps below it: an assertion's commit takes no task switch
+    /// of its own before its one wait for the reply.
+    nonisolated(nonsending)
     func send(_ request: StoreRequest) async throws(StoreError) -> RedisReply {
         switch request {
-        case .command(let arguments, let key): return try await command(arguments, key: key)
-        case .script(let script, let keys, let arguments):
-            let key = keys.first
-            return try await script.run(keys: keys, arguments: arguments) { (command) async throws(StoreError) -> RedisReply in
-                try await self.command(command, key: key)
-            }
+        case .command(let arguments, let key): return try await command(RedisCommand(arguments), key: key)
+        case .script(let script, let call, let key): return try await run(script, call, key: key)
         }
+    }
+
+    /// EVALSHA (after SCRIPT LOAD on first use), and EVAL where the server answers NOSCRIPT.
+    nonisolated(nonsending)
+    private func run(_ script: LuaScript, _ call: RedisArguments, key: [UInt8]?) async throws(StoreError) -> RedisReply {
+        let start: RedisArguments
+        if let known = script.start { start = known } else { start = try script.loaded(await command(script.loadCommand, key: key)) }
+        let reply = try await command(RedisCommand(start, call), key: key)
+        if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
+            return try script.checked(await command(script.evalCommand(call), key: key))
+        }
+        return try script.checked(reply)
     }
 
     func sendBlocking(_ request: StoreRequest) throws(StoreError) -> RedisReply {
@@ -72,9 +90,10 @@ final class StoreTransport: Sendable {
         return try outcome.value.get()
     }
 
-    private func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(StoreError) -> RedisReply {
+    nonisolated(nonsending)
+    private func command(_ command: RedisCommand, key: [UInt8]?) async throws(StoreError) -> RedisReply {
         do {
-            return try await redis.command(arguments, key: key)
+            return try await redis.command(command, key: key)
         } catch {
             throw .unavailable(error.message)
         }

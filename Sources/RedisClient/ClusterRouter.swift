@@ -29,7 +29,11 @@ final class ClusterRouter: RedisRouting {
         self.reporter = reporter
     }
 
-    func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
+    func send(_ command: RedisCommand, key: [UInt8]?, reply: @escaping LoopRedisConnection.Reply) {
+        routeInTask(on: loop, reply: reply) { [self] () async throws(RedisClientError) -> RedisReply in try await self.command(command, key: key) }
+    }
+
+    private func command(_ command: RedisCommand, key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
         if owners.isEmpty { try await discover() }
         let slot = key.map(ClusterSlots.slot(of:))
         var target = try owner(of: slot)
@@ -39,7 +43,7 @@ final class ClusterRouter: RedisRouting {
         while true {
             let reply: RedisReply
             do {
-                reply = try await node(target).command(arguments, asking: asking)
+                reply = try await node(target).command(command, asking: asking)
             } catch {
                 // Not sent: after a failover the refreshed map may name the slot's new primary; try it once.
                 if case .unreachable = error, !rerouted, !asking {

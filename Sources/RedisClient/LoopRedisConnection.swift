@@ -119,29 +119,32 @@ final class LoopRedisConnection: TCPConnectionDelegate {
     }
 
     /// Queues one command; with `asking`, an ASKING right before it (a Cluster slot being migrated).
-    func send(_ arguments: [[UInt8]], asking: Bool = false, reply: @escaping Reply) {
+    func send(_ command: RedisCommand, asking: Bool = false, reply: @escaping Reply) {
         guard !isClosed else { return reply(.failure(.unreachable(failure ?? "connection to \(address) closed"))) }
-        var buffer: [UInt8] = []
+        let deadline = loop.nowMs + UInt64(timeoutMs)
         if asking {
-            RESP.encode([Array("ASKING".utf8)], into: &buffer)
-            waiting.append((loop.nowMs + UInt64(timeoutMs), { _ in }))
+            waiting.append((deadline, { _ in }))
+            write(Self.asking)
         }
-        RESP.encode(arguments, into: &buffer)
-        waiting.append((loop.nowMs + UInt64(timeoutMs), reply))
-        write(buffer)
+        waiting.append((deadline, reply))
+        write(command.bytes)
     }
+
+    func send(_ arguments: [[UInt8]], asking: Bool = false, reply: @escaping Reply) {
+        send(RedisCommand(arguments), asking: asking, reply: reply)
+    }
+
+    private static let asking = RedisCommand([Array("ASKING".utf8)]).bytes
 
     /// Writes a command whose answer comes as a push (SUBSCRIBE, and PING once subscribed).
     func sendUnmatched(_ arguments: [[UInt8]]) {
         guard !isClosed else { return }
-        var buffer: [UInt8] = []
-        RESP.encode(arguments, into: &buffer)
-        write(buffer)
+        write(RedisCommand(arguments).bytes)
     }
 
-    private func write(_ buffer: [UInt8]) {
-        guard ready, socket != nil else { return queued += buffer }
-        outgoing += buffer
+    private func write(_ bytes: [UInt8]) {
+        guard ready, socket != nil else { return queued += bytes }
+        outgoing += bytes
         guard !hasOutgoing else { return }
         hasOutgoing = true
         loop.beforePoll { [weak self] in self?.flush() }

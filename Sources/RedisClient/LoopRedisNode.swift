@@ -24,13 +24,28 @@ final class LoopRedisNode {
         connections = Array(repeating: nil, count: options.connectionsPerNode)
     }
 
-    /// One command's reply (`asking`: preceded by ASKING on the same connection).
-    func command(_ arguments: [[UInt8]], asking: Bool = false) async throws(RedisClientError) -> RedisReply {
-        let connection = try pick()
+    /// Sends one command (`asking`: preceded by ASKING on the same connection); `reply` is called once, on
+    /// the loop.
+    func send(_ command: RedisCommand, asking: Bool = false, reply: @escaping LoopRedisConnection.Reply) {
+        let connection: LoopRedisConnection
+        do throws(RedisClientError) {
+            connection = try pick()
+        } catch {
+            return reply(.failure(error))
+        }
+        connection.send(command, asking: asking, reply: reply)
+    }
+
+    /// One command's reply, for the routers' own async steps.
+    func command(_ command: RedisCommand, asking: Bool = false) async throws(RedisClientError) -> RedisReply {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<RedisReply, RedisClientError>>, Never>) in
-            connection.send(arguments, asking: asking) { continuation.resume(returning: Unchecked($0)) }
+            send(command, asking: asking) { continuation.resume(returning: Unchecked($0)) }
         }
         return try result.value.get()
+    }
+
+    func command(_ arguments: [[UInt8]]) async throws(RedisClientError) -> RedisReply {
+        try await command(RedisCommand(arguments))
     }
 
     /// A connection is up (or being opened): commands need no new one.

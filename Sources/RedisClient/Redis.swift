@@ -34,9 +34,30 @@ public final class Redis: @unchecked Sendable {
     /// One command's reply. `key`: a key it touches (every key of one command shares a Cluster slot), nil
     /// for keyless commands. Error replies are returned, not thrown; thrown is only "no reply".
     public func command(_ arguments: [[UInt8]], key: [UInt8]? = nil) async throws(RedisClientError) -> RedisReply {
-        // On a loop (every request's command): straight to its router, without onLoop's closure.
-        if let loop = EventLoop.current { return try await router(on: loop).command(arguments, key: key) }
-        return try await onLoop { (router) async throws(RedisClientError) in try await router.command(arguments, key: key) }
+        try await command(RedisCommand(arguments), key: key)
+    }
+
+    /// The same for a command already in RESP. Runs on the caller's executor (no hop in, one continuation
+    /// for the reply): a request's command costs no task switch of its own.
+    nonisolated(nonsending)
+    public func command(_ command: RedisCommand, key: [UInt8]? = nil) async throws(RedisClientError) -> RedisReply {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<RedisReply, RedisClientError>>, Never>) in
+            send(command, key: key) { continuation.resume(returning: Unchecked($0)) }
+        }
+        return try result.value.get()
+    }
+
+    /// Sends one command; `reply` is called once, on the caller's loop (a request's command goes straight
+    /// to that loop's router) or, off the loops, on the loop this object starts for such callers.
+    public func send(_ command: RedisCommand, key: [UInt8]? = nil, reply: @escaping (Result<RedisReply, RedisClientError>) -> Void) {
+        if let loop = EventLoop.current { return router(on: loop).send(command, key: key, reply: reply) }
+        let loop: EventLoop
+        do throws(RedisClientError) {
+            loop = try helperLoop()
+        } catch {
+            return reply(.failure(error))
+        }
+        loop.executeOnLoop { [self] in router(on: loop).send(command, key: key, reply: reply) }
     }
 
     /// The longest one command may take: discovery, redirects and a login can each take `timeoutMs`.
@@ -55,12 +76,9 @@ public final class Redis: @unchecked Sendable {
         return subscription
     }
 
-    /// Runs `body` with the router of the current loop, or of the helper loop (hopping there) off the loops.
-    private func onLoop<T>(_ chosen: EventLoop? = nil,
+    /// Runs `body` on `loop` (hopping there) with its router.
+    private func onLoop<T>(_ loop: EventLoop,
                            _ body: @escaping (any RedisRouting) async throws(RedisClientError) -> T) async throws(RedisClientError) -> T {
-        if chosen == nil, let loop = EventLoop.current { return try await body(router(on: loop)) }
-        let loop: EventLoop
-        if let chosen { loop = chosen } else { loop = try helperLoop() }
         let body = Unchecked(body)
         let result = await withTaskExecutorPreference(loop) { () async -> Unchecked<Result<T, RedisClientError>> in
             do throws(RedisClientError) {

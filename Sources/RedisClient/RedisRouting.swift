@@ -2,14 +2,30 @@ import EventLoop
 
 /// How one event loop reaches the deployment: which server gets a command. Loop thread only.
 protocol RedisRouting: AnyObject {
-    /// `key`: a key the command touches (all its keys share one slot); nil for keyless commands.
-    func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply
+    /// Sends one command; `reply` is called once, on the loop. `key`: a key the command touches (all its
+    /// keys share one slot); nil for keyless commands.
+    func send(_ command: RedisCommand, key: [UInt8]?, reply: @escaping LoopRedisConnection.Reply)
     /// A server to subscribe on (pub/sub messages reach every node of a Cluster).
     func subscriptionAddress() async throws(RedisClientError) -> RedisAddress
     func close()
 }
 
-/// One server.
+/// For routers whose routing takes async steps (discovery, redirects, asking the sentinels): `route` runs
+/// in a task of its own on `loop`, and its outcome goes to `reply`.
+func routeInTask(on loop: EventLoop, reply: @escaping LoopRedisConnection.Reply,
+                 _ route: @escaping () async throws(RedisClientError) -> RedisReply) {
+    let carried = Unchecked((route, reply))
+    Task(executorPreference: loop) {
+        let (route, reply) = carried.value
+        do throws(RedisClientError) {
+            reply(.success(try await route()))
+        } catch {
+            reply(.failure(error))
+        }
+    }
+}
+
+/// One server: a command goes straight to its connection, without a task or an async step.
 final class SingleRouter: RedisRouting {
     private let node: LoopRedisNode
 
@@ -17,8 +33,8 @@ final class SingleRouter: RedisRouting {
         node = LoopRedisNode(loop: loop, address: address, options: options)
     }
 
-    func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
-        try await node.command(arguments)
+    func send(_ command: RedisCommand, key: [UInt8]?, reply: @escaping LoopRedisConnection.Reply) {
+        node.send(command, reply: reply)
     }
 
     func subscriptionAddress() async throws(RedisClientError) -> RedisAddress { node.address }

@@ -51,13 +51,17 @@ final class SentinelRouter: RedisRouting {
         checkTimer = LoopTimer(loop) { [weak self] in self?.check() }
     }
 
-    func command(_ arguments: [[UInt8]], key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
+    func send(_ command: RedisCommand, key: [UInt8]?, reply: @escaping LoopRedisConnection.Reply) {
+        routeInTask(on: loop, reply: reply) { [self] () async throws(RedisClientError) -> RedisReply in try await self.command(command, key: key) }
+    }
+
+    private func command(_ command: RedisCommand, key: [UInt8]?) async throws(RedisClientError) -> RedisReply {
         keepChecking()
         var node = try await current()
         var rerouted = false
         while true {
             do throws(RedisClientError) {
-                let reply = try await node.command(arguments)
+                let reply = try await node.command(command)
                 if case .error(let message) = reply, message.hasPrefix("READONLY") || message.hasPrefix("MASTERDOWN") {
                     stale = true
                     throw .unavailable("Redis at \(node.address) is no longer the primary of \(masterName): \(message)")

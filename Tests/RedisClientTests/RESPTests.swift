@@ -17,6 +17,23 @@ final class RESPTests: XCTestCase {
         }
     }
 
+    func testArgumentsWrittenInPlaceAreTheEncodingOfTheSameWords() {
+        let numbers = [0, 7, 9, 10, 99, 100, 1_000_000, -1, -10, Int.max, Int.min]
+        var start = RedisArguments(capacity: 0)
+        start.append(Array("EVALSHA".utf8))
+        start.append([0, 13, 10, 255])
+        var rest = RedisArguments()
+        for number in numbers { rest.append(number) }
+        rest.append(Array("aag:{k}:".utf8), "production", ":key")
+        rest.append([], "", "")
+        let words = [Array("EVALSHA".utf8), [0, 13, 10, 255]] + numbers.map { Array(String($0).utf8) }
+            + [Array("aag:{k}:production:key".utf8), []]
+        XCTAssertEqual(RedisCommand(start, rest), RedisCommand(words))
+        XCTAssertEqual(RedisCommand(start, rest).bytes.prefix(5), Array("*15\r\n".utf8)[...])
+        XCTAssertEqual(RedisCommand(rest).bytes, RedisCommand(Array(words.dropFirst(2))).bytes)
+        XCTAssertEqual(RedisCommand(RedisArguments()).bytes, Array("*0\r\n".utf8))
+    }
+
     func testEveryReplyTypeParsesAndIncompleteInputWaits() throws {
         let wire = Array("+OK\r\n-ERR no\r\n:-42\r\n$3\r\na\r\n\r\n$-1\r\n*2\r\n$1\r\nx\r\n*1\r\n:1\r\n*-1\r\n".utf8)
         var replies: [RedisReply] = []
