@@ -21,7 +21,11 @@ public enum Base64 {
     }
 
     public static func decode(utf8 input: [UInt8]) -> [UInt8]? {
-        input.withContiguousStorageIfAvailable { decode(contiguous: $0) } ?? nil
+        decode(utf8: input[...])
+    }
+
+    public static func decode(utf8 input: ArraySlice<UInt8>) -> [UInt8]? {
+        input.withUnsafeBufferPointer { decode(contiguous: $0) }
     }
 
     /// Generic so the String path can decode in place, without copying the header into an array first.
@@ -83,45 +87,51 @@ public enum Base64 {
 
     /// Standard alphabet with padding (what Apple's APIs and Foundation produce).
     public static func encode(_ bytes: [UInt8]) -> String {
-        encode(bytes, alphabet: standardAlphabet, pad: true)
+        encode(bytes[...], alphabet: standardAlphabet, pad: true)
     }
 
     /// URL-safe alphabet without padding.
     public static func encodeURLSafe(_ bytes: [UInt8]) -> String {
+        encode(bytes[...], alphabet: urlAlphabet, pad: false)
+    }
+
+    public static func encodeURLSafe(_ bytes: ArraySlice<UInt8>) -> String {
         encode(bytes, alphabet: urlAlphabet, pad: false)
     }
 
     /// Four characters per three bytes written into storage sized once (appending them one by one through a
     /// stride cost about 200 instructions a character: two key ids a request on the assert route).
-    private static func encode(_ bytes: [UInt8], alphabet: [UInt8], pad: Bool) -> String {
+    private static func encode(_ bytes: ArraySlice<UInt8>, alphabet: [UInt8], pad: Bool) -> String {
         let whole = bytes.count / 3, rest = bytes.count % 3
         let length = whole * 4 + (rest == 0 ? 0 : pad ? 4 : rest + 1)
-        return alphabet.withUnsafeBufferPointer { alphabet in
-            String(unsafeUninitializedCapacity: length) { output in
-                func character(_ chunk: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int((chunk >> shift) & 0x3F)] }
-                var out = 0
-                for group in 0..<whole {
-                    let index = group * 3
-                    let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-                    output[out] = character(chunk, 18)
-                    output[out + 1] = character(chunk, 12)
-                    output[out + 2] = character(chunk, 6)
-                    output[out + 3] = character(chunk, 0)
-                    out += 4
-                }
-                if rest > 0 {
-                    let index = whole * 3
-                    var chunk = UInt32(bytes[index]) << 16
-                    if rest == 2 { chunk |= UInt32(bytes[index + 1]) << 8 }
-                    output[out] = character(chunk, 18)
-                    output[out + 1] = character(chunk, 12)
-                    if rest == 2 { output[out + 2] = character(chunk, 6) }
-                    if pad {
-                        if rest == 1 { output[out + 2] = UInt8(ascii: "=") }
-                        output[out + 3] = UInt8(ascii: "=")
+        return bytes.withUnsafeBufferPointer { bytes in
+            alphabet.withUnsafeBufferPointer { alphabet in
+                String(unsafeUninitializedCapacity: length) { output in
+                    func character(_ chunk: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int((chunk >> shift) & 0x3F)] }
+                    var out = 0
+                    for group in 0..<whole {
+                        let index = group * 3
+                        let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+                        output[out] = character(chunk, 18)
+                        output[out + 1] = character(chunk, 12)
+                        output[out + 2] = character(chunk, 6)
+                        output[out + 3] = character(chunk, 0)
+                        out += 4
                     }
+                    if rest > 0 {
+                        let index = whole * 3
+                        var chunk = UInt32(bytes[index]) << 16
+                        if rest == 2 { chunk |= UInt32(bytes[index + 1]) << 8 }
+                        output[out] = character(chunk, 18)
+                        output[out + 1] = character(chunk, 12)
+                        if rest == 2 { output[out + 2] = character(chunk, 6) }
+                        if pad {
+                            if rest == 1 { output[out + 2] = UInt8(ascii: "=") }
+                            output[out + 3] = UInt8(ascii: "=")
+                        }
+                    }
+                    return length
                 }
-                return length
             }
         }
     }

@@ -8,6 +8,16 @@ public enum Bytes {
         return difference == 0
     }
 
+    /// Whether `bytes` (UTF-8) is the same text as `text` as Swift compares Strings: byte-equal, or — only
+    /// where the bytes differ — canonically equivalent ("é" as one scalar or as "e" and an accent).
+    public static func sameText(_ bytes: ArraySlice<UInt8>, _ text: String) -> Bool {
+        var text = text
+        let equal = text.withUTF8 { own in
+            own.count == bytes.count && bytes.withUnsafeBufferPointer { own.elementsEqual($0) }
+        }
+        return equal || String(decoding: bytes, as: UTF8.self) == text
+    }
+
     public static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var output = [UInt8]()

@@ -2,18 +2,28 @@
 /// every other value is validated and skipped. Strict: one object, no trailing commas, no duplicate
 /// keys (two `path` members would let two readers see two requests), nesting bounded.
 /// Foundation's JSONSerialization costs more than a third of an ECDSA verify here, hence this reader.
+/// Names and strings stay bytes (a slice of the input when they hold no escape): client data's values are
+/// only compared with the request's, and a String per member cost ~5,000 instructions a parse.
 struct JSONFields {
     enum Value: Equatable {
-        case string(String)
+        /// The UTF-8 bytes, escapes decoded (checked to be valid UTF-8).
+        case string(ArraySlice<UInt8>)
         case null
         /// A number, boolean, array or object: present, not interpreted.
         case other
     }
 
+    private struct Member {
+        let name: ArraySlice<UInt8>
+        /// Whether the name is all ASCII: two such names are the same name only when their bytes are.
+        let isASCII: Bool
+        let value: Value
+    }
+
     /// In order, searched by a scan: client data has five members, and a dictionary's hashing cost ~3,300
     /// instructions a parse. Past `scannedMembers` the names also go into a set, so finding a repeated
     /// name stays linear in the input.
-    private var members: [(name: String, value: Value)] = []
+    private var members: [Member] = []
     private var names: Set<String>?
     private static let scannedMembers = 16
 
@@ -26,7 +36,11 @@ struct JSONFields {
         guard parseTopLevel() else { return nil }
     }
 
-    subscript(name: String) -> Value? { members.first { $0.name == name }?.value }
+    /// The member called `name` (an ASCII name).
+    subscript(name: StaticString) -> Value? {
+        let wanted = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        return members.first { $0.name.elementsEqual(wanted) }?.value
+    }
 
     private mutating func parseTopLevel() -> Bool {
         skipWhitespace()
@@ -35,13 +49,13 @@ struct JSONFields {
         if !consume(UInt8(ascii: "}")) {
             repeat {
                 skipWhitespace()
-                guard let name = parseString() else { return false }
+                guard let (name, isASCII) = parseString() else { return false }
                 skipWhitespace()
                 guard consume(UInt8(ascii: ":")) else { return false }
                 skipWhitespace()
                 let value: Value
                 if peek == UInt8(ascii: "\"") {
-                    guard let text = parseString() else { return false }
+                    guard let (text, _) = parseString() else { return false }
                     value = .string(text)
                 } else if peek == UInt8(ascii: "n") {
                     guard consumeLiteral("null") else { return false }
@@ -50,7 +64,7 @@ struct JSONFields {
                     guard skipValue(depth: 1) else { return false }
                     value = .other
                 }
-                guard add(name, value) else { return false }
+                guard add(Member(name: name, isASCII: isASCII, value: value)) else { return false }
                 skipWhitespace()
             } while consume(UInt8(ascii: ","))
             guard consume(UInt8(ascii: "}")) else { return false }
@@ -59,17 +73,25 @@ struct JSONFields {
         return index == bytes.count
     }
 
-    /// False when the object already has a member of that name.
-    private mutating func add(_ name: String, _ value: Value) -> Bool {
+    /// False when the object already has a member of that name. Names are compared as Swift compares
+    /// Strings (canonical equivalence: "é" precomposed or not is one name), which for ASCII is byte equality.
+    private mutating func add(_ member: Member) -> Bool {
         if members.isEmpty { members.reserveCapacity(8) }
         if names != nil {
-            guard names?.insert(name).inserted == true else { return false }
+            guard names?.insert(String(decoding: member.name, as: UTF8.self)).inserted == true else { return false }
         } else {
-            guard !members.contains(where: { $0.name == name }) else { return false }
-            if members.count == Self.scannedMembers { names = Set(members.map(\.name) + [name]) }
+            guard !members.contains(where: { Self.sameName($0, member) }) else { return false }
+            if members.count == Self.scannedMembers {
+                names = Set((members + [member]).map { String(decoding: $0.name, as: UTF8.self) })
+            }
         }
-        members.append((name, value))
+        members.append(member)
         return true
+    }
+
+    private static func sameName(_ lhs: Member, _ rhs: Member) -> Bool {
+        if lhs.isASCII && rhs.isASCII { return lhs.name.elementsEqual(rhs.name) }
+        return String(decoding: lhs.name, as: UTF8.self) == String(decoding: rhs.name, as: UTF8.self)
     }
 
     private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -92,10 +114,11 @@ struct JSONFields {
         while let byte = peek, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { index += 1 }
     }
 
-    /// A string token; escapes decoded, control characters and invalid UTF-8 rejected.
-    private mutating func parseString() -> String? {
+    /// A string token's bytes, escapes decoded, and whether they are all ASCII; control characters and
+    /// invalid UTF-8 rejected.
+    private mutating func parseString() -> (ArraySlice<UInt8>, isASCII: Bool)? {
         guard consume(UInt8(ascii: "\"")) else { return nil }
-        // Most strings have no escape: one scan, one String made from the slice (no per-byte append).
+        // Most strings have no escape: one scan, and the input's own bytes.
         var end = index
         var highBits: UInt8 = 0
         while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 {
@@ -104,9 +127,8 @@ struct JSONFields {
         }
         if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
             defer { index = end + 1 }
-            // ASCII needs no validation, and String(validating:) takes a slow generic path (~1,000
-            // instructions a member on client data).
-            return highBits < 0x80 ? String(decoding: bytes[index..<end], as: UTF8.self) : String(validating: bytes[index..<end], as: UTF8.self)
+            let text = bytes[index..<end]
+            return highBits < 0x80 ? (text, true) : Self.validUTF8(text).map { ($0, false) }
         }
         var output = Array(bytes[index..<end])
         index = end
@@ -114,7 +136,7 @@ struct JSONFields {
             index += 1
             switch byte {
             case UInt8(ascii: "\""):
-                return String(validating: output, as: UTF8.self)
+                return Self.validUTF8(output[...]).map { ($0, !$0.contains { $0 >= 0x80 }) }
             case UInt8(ascii: "\\"):
                 guard let escaped = parseEscape() else { return nil }
                 output.append(contentsOf: escaped)
@@ -125,6 +147,10 @@ struct JSONFields {
             }
         }
         return nil
+    }
+
+    private static func validUTF8(_ text: ArraySlice<UInt8>) -> ArraySlice<UInt8>? {
+        String(validating: text, as: UTF8.self) == nil ? nil : text
     }
 
     private mutating func parseEscape() -> [UInt8]? {

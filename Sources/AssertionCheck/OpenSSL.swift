@@ -21,13 +21,38 @@ public enum SHA256 {
     /// SHA256(first || second) without building the concatenation (the App Attest nonce).
     public static func hash(_ first: [UInt8], _ second: [UInt8]) -> [UInt8] {
         if first.isEmpty && second.isEmpty { return ofNothing }
+        return digest(first[...], second[...]).bytes
+    }
+
+    /// The same as a value: a digest that only feeds the next hash or a compare needs no array.
+    public static func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> Digest {
         var context = SHA256_CTX()
-        var digest = [UInt8](repeating: 0, count: 32)
         SHA256_Init(&context)
-        first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
-        if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
-        digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
-        return digest
+        return Midstate.finish(&context, first, second)
+    }
+
+    /// 32 bytes held inline.
+    public struct Digest: Sendable {
+        fileprivate var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+        public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
+
+        /// Constant-time equality with `other` (a MAC as received).
+        public func matches(_ other: ArraySlice<UInt8>) -> Bool {
+            guard other.count == 32 else { return false }
+            return withUnsafeBytes(of: words) { own in
+                other.withUnsafeBufferPointer { other in
+                    var difference: UInt8 = 0
+                    for index in 0..<32 { difference |= own[index] ^ other[index] }
+                    return difference == 0
+                }
+            }
+        }
+
+        /// The digest hashed where it lies.
+        fileprivate func update(_ context: inout SHA256_CTX) {
+            withUnsafeBytes(of: words) { _ = SHA256_Update(&context, $0.baseAddress, 32) }
+        }
     }
 
     /// The hash state after a fixed prefix, for messages that all start with it (HMAC's padded keys: one
@@ -44,13 +69,31 @@ public enum SHA256 {
 
         /// SHA256(prefix || first || second), the parts hashed where they are.
         public func hash(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
+            digest(first, second[...]).bytes
+        }
+
+        public func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> Digest {
             var context = self.context
-            first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+            return Self.finish(&context, first, second)
+        }
+
+        /// SHA256(prefix || digest) (HMAC's outer hash).
+        public func digest(_ inner: Digest) -> Digest {
+            var context = self.context
+            inner.update(&context)
+            return Self.finalDigest(&context)
+        }
+
+        fileprivate static func finish(_ context: inout SHA256_CTX, _ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8>) -> Digest {
+            if !first.isEmpty { first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
             if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
-            return [UInt8](unsafeUninitializedCapacity: 32) { digest, initialized in
-                _ = SHA256_Final(digest.baseAddress, &context)
-                initialized = 32
-            }
+            return finalDigest(&context)
+        }
+
+        private static func finalDigest(_ context: inout SHA256_CTX) -> Digest {
+            var digest = Digest()
+            withUnsafeMutableBytes(of: &digest.words) { _ = SHA256_Final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }
+            return digest
         }
     }
 }
