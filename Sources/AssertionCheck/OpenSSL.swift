@@ -35,7 +35,12 @@ public enum SHA256 {
     public struct Digest: Sendable {
         fileprivate var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
 
-        public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
+        public var bytes: [UInt8] {
+            [UInt8](unsafeUninitializedCapacity: 32) { buffer, initialized in
+                withUnsafeBytes(of: words) { buffer.baseAddress!.initialize(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 32) }
+                initialized = 32
+            }
+        }
 
         /// Constant-time equality with `other` (a MAC as received).
         public func matches(_ other: ArraySlice<UInt8>) -> Bool {
@@ -164,12 +169,14 @@ public final class P256PublicKey: @unchecked Sendable {
         let numbers = signature.withUnsafeBufferPointer { buffer in
             (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), scratch.r), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), scratch.s))
         }
-        guard numbers.0 != nil, numbers.1 != nil, EC_KEY_set_public_key(scratch.key, curvePoint) == 1 else {
+        guard numbers.0 != nil, numbers.1 != nil, copenssl_EC_KEY_copy_public_key(scratch.key, curvePoint) == 1 else {
             ERR_clear_error()
             return false
         }
-        let digest = SHA256.hash(message)
-        let result = ECDSA_do_verify(digest, Int32(digest.count), scratch.signature, scratch.key)
+        let digest = SHA256.digest(message[...])
+        let result = withUnsafeBytes(of: digest.words) {
+            ECDSA_do_verify($0.bindMemory(to: UInt8.self).baseAddress, 32, scratch.signature, scratch.key)
+        }
         if result != 1 { ERR_clear_error() }
         return result == 1
     }
