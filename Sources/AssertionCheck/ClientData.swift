@@ -28,7 +28,7 @@ public struct ClientData: Sendable, Equatable {
             guard case .string(let value)? = object[name] else {
                 throw VerificationError(.clientDataInvalid, "client data field \"\(name)\" is missing or not a string")
             }
-            return value
+            return object.bytes(of: value)
         }
         let challenge = try field("challenge")
         guard !challenge.isEmpty else { throw VerificationError(.clientDataInvalid, "client data challenge is empty") }
@@ -39,7 +39,7 @@ public struct ClientData: Sendable, Equatable {
         let query: ArraySlice<UInt8>?
         switch object["query"] {
         case nil, .null?: query = nil
-        case .string(let text)?: query = text
+        case .string(let text)?: query = object.bytes(of: text)
         case .other?: throw VerificationError(.clientDataInvalid, "client data field \"query\" is not a string")
         }
         return ClientData(challengeBytes: challenge, methodBytes: try field("method"), pathBytes: try field("path"),

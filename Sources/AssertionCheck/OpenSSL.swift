@@ -31,6 +31,15 @@ public enum SHA256 {
         return Midstate.finish(&context, first, second)
     }
 
+    /// SHA256(first || second) where `second` is itself a digest (the App Attest nonce).
+    public static func digest(_ first: ArraySlice<UInt8>, _ second: Digest) -> Digest {
+        var context = SHA256_CTX()
+        SHA256_Init(&context)
+        if !first.isEmpty { first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
+        second.update(&context)
+        return Midstate.finalDigest(&context)
+    }
+
     /// 32 bytes held inline.
     public struct Digest: Sendable {
         fileprivate var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
@@ -95,7 +104,7 @@ public enum SHA256 {
             return finalDigest(&context)
         }
 
-        private static func finalDigest(_ context: inout SHA256_CTX) -> Digest {
+        fileprivate static func finalDigest(_ context: inout SHA256_CTX) -> Digest {
             var digest = Digest()
             withUnsafeMutableBytes(of: &digest.words) { _ = SHA256_Final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }
             return digest
@@ -162,23 +171,32 @@ public final class P256PublicKey: @unchecked Sendable {
     /// here (`ECDSASignature.integerRanges`) rather than by ECDSA_verify, whose ASN.1 decode and re-encode
     /// (to refuse every other spelling) cost ~8,000 instructions; the same spellings are refused.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        guard let (r, s) = ECDSASignature.integerRanges(fromDER: signature),
-              let scratch = P256PublicKey.spareScratch.borrow() else { return false }
-        defer { P256PublicKey.spareScratch.giveBack(scratch) }
-        // R and S into the scratch signature's own BIGNUMs (BN_bin2bn reuses their storage).
-        let numbers = signature.withUnsafeBufferPointer { buffer in
-            (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), scratch.r), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), scratch.s))
+        isValidSignature(signature[...], digest: SHA256.digest(message[...]))
+    }
+
+    /// The same for a message that is itself a digest (App Attest signs the nonce): no array on the way.
+    public func isValidSignature(_ signature: ArraySlice<UInt8>, for message: SHA256.Digest) -> Bool {
+        isValidSignature(signature, digest: SHA256.digest([], message))
+    }
+
+    private func isValidSignature(_ signature: ArraySlice<UInt8>, digest: SHA256.Digest) -> Bool {
+        signature.withUnsafeBufferPointer { der in
+            guard let (r, s) = ECDSASignature.integerRanges(fromDER: der),
+                  let scratch = P256PublicKey.spareScratch.borrow() else { return false }
+            defer { P256PublicKey.spareScratch.giveBack(scratch) }
+            // R and S into the scratch signature's own BIGNUMs (BN_bin2bn reuses their storage).
+            guard BN_bin2bn(der.baseAddress! + r.lowerBound, Int32(r.count), scratch.r) != nil,
+                  BN_bin2bn(der.baseAddress! + s.lowerBound, Int32(s.count), scratch.s) != nil,
+                  copenssl_EC_KEY_copy_public_key(scratch.key, curvePoint) == 1 else {
+                ERR_clear_error()
+                return false
+            }
+            let result = withUnsafeBytes(of: digest.words) {
+                ECDSA_do_verify($0.bindMemory(to: UInt8.self).baseAddress, 32, scratch.signature, scratch.key)
+            }
+            if result != 1 { ERR_clear_error() }
+            return result == 1
         }
-        guard numbers.0 != nil, numbers.1 != nil, copenssl_EC_KEY_copy_public_key(scratch.key, curvePoint) == 1 else {
-            ERR_clear_error()
-            return false
-        }
-        let digest = SHA256.digest(message[...])
-        let result = withUnsafeBytes(of: digest.words) {
-            ECDSA_do_verify($0.bindMemory(to: UInt8.self).baseAddress, 32, scratch.signature, scratch.key)
-        }
-        if result != 1 { ERR_clear_error() }
-        return result == 1
     }
 
     /// What one verification needs besides the key's point, lent to one verification at a time: an EC_KEY
@@ -443,7 +461,7 @@ public enum ECDSASignature {
     /// two non-negative INTEGERs, each in its one minimal encoding, nothing after) whose R and S fit 32 bytes;
     /// nil otherwise. The spellings ECDSA_verify accepts: it encodes what it parsed again and refuses any
     /// difference (and an R or S of more than 32 bytes is not below the order).
-    static func integerRanges(fromDER der: [UInt8]) -> (r: Range<Int>, s: Range<Int>)? {
+    static func integerRanges(fromDER der: UnsafeBufferPointer<UInt8>) -> (r: Range<Int>, s: Range<Int>)? {
         // Two INTEGERs of at most 33 bytes each: the SEQUENCE's length always fits its one short-form byte.
         guard der.count >= 8, der[0] == 0x30, der[1] < 0x80, Int(der[1]) == der.count - 2 else { return nil }
         var cursor = 2
@@ -696,7 +714,7 @@ extension AssertionVerifier {
     /// the registered keys and then verifies the assertion with the registered key, as with a named one.
     public static func candidateKeys(assertion: [UInt8], clientData: [UInt8]) throws(VerificationError) -> [RecoveredKey] {
         let (signature, authData) = try decode(assertion)
-        return KeyRecovery.candidates(signature: signature, message: SHA256.hash(authData, SHA256.hash(clientData)))
+        return KeyRecovery.candidates(signature: Array(signature), message: SHA256.digest(authData, SHA256.digest(clientData[...])).bytes)
     }
 }
 

@@ -338,6 +338,25 @@ final class SimulatorReasonTests: XCTestCase {
         assertReason(.clientDataInvalid, try ClientData.parse(Array(#"{\#(fields),"\u00e9":1,"e\u0301":2}"#.utf8)), "é repeated, decomposed")
     }
 
+    /// Strings are scanned eight bytes at a time: whatever ends or spoils the plain run (an escape, a raw control
+    /// character, a non-ASCII byte, valid or not) is found at every offset in and across those words.
+    func testClientDataStringsAreReadAtEveryOffset() throws {
+        let hash = SHA256.hash([]).base64EncodedForTest
+        func parse(_ path: [UInt8]) throws -> ClientData {
+            try ClientData.parse(Array(#"{"challenge":"c","method":"GET","bodySHA256":"\#(hash)","path":""#.utf8) + path + Array("\"}".utf8))
+        }
+        for offset in 0..<20 {
+            let before = [UInt8](repeating: UInt8(ascii: "a"), count: offset), after = [UInt8](repeating: UInt8(ascii: "b"), count: 11)
+            XCTAssertEqual(try parse(before + Array(#"\"x"#.utf8) + after).path, String(decoding: before + Array("\"x".utf8) + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + Array(#"\\"#.utf8) + after).path, String(decoding: before + [0x5C] + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + Array("é".utf8) + after).path, String(decoding: before + Array("é".utf8) + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + [0x7F, 0x20] + after).path, String(decoding: before + [0x7F, 0x20] + after, as: UTF8.self))
+            assertReason(.clientDataInvalid, try parse(before + [0x1F] + after), "a control character at \(offset)")
+            assertReason(.clientDataInvalid, try parse(before + [0xFF] + after), "invalid UTF-8 at \(offset)")
+            assertReason(.clientDataInvalid, try parse(before + [0x22] + after), "an unescaped quote at \(offset)")
+        }
+    }
+
     // MARK: TestCA persistence
 
     func testSavedCALoadsAndIssuesUnderTheSameRoot() throws {

@@ -15,8 +15,10 @@ struct ProvenKey {
     let method: String
     /// A Play Integrity token's device labels (only the known ones, as minted).
     var deviceIntegrity: [String]? = nil
+    /// The key id as the request spelled it, when that is the one spelling `keyIdBase64` answers.
+    var spelling: String? = nil
 
-    var keyIdBase64: String { Base64.encode(keyId) }
+    var keyIdBase64: String { spelling ?? Base64.encode(keyId) }
 }
 
 extension AssertRoute {
@@ -37,7 +39,7 @@ extension AssertRoute {
                               apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
                               challenges: runtime.challenges)
         let passed = try await gate.check(request, body: body, decodedPath: path, route: route, record: record)
-        return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion")
+        return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion", spelling: passed.keyIdBase64)
     }
 
     static func carriesAssertionHeaders(_ request: HTTPRequest) -> Bool {
