@@ -31,7 +31,7 @@ struct AssertGate {
     }
 
     /// `request` carries the head only; `body` is read once the header-only checks have passed.
-    func check(_ request: HTTPRequest, body: BodySource, decodedPath: String, route: RouteConfig,
+    nonisolated(nonsending) func check(_ request: HTTPRequest, body: BodySource, decodedPath: String, route: RouteConfig,
                record: RequestRecord) async throws(GatewayError) -> Passed {
         let verifyStart = DispatchTime.now().uptimeNanoseconds
         let headers = SignedHeaders(request)
@@ -105,7 +105,7 @@ struct AssertGate {
     }
 
     /// Answers the key's stored risk metric.
-    private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?, counter: UInt32,
+    nonisolated(nonsending) private func commit(keyId: [UInt8], environment: AppAttestEnvironment, challenge: ChallengeUse?, counter: UInt32,
                         route: RouteConfig) async throws(GatewayError) -> Int? {
         let outcome: CommitOutcome
         do {
@@ -122,7 +122,7 @@ struct AssertGate {
     }
 
     /// The key's public half, parsed once per process; Redis is asked only on a cache miss.
-    private func publicKey(for keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry {
+    nonisolated(nonsending) private func publicKey(for keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry {
         if let entry = cachedKey(keyId) { return entry }
         guard let entry = try await loadKey(keyId) else { throw .keyUnknown }
         return entry
@@ -131,7 +131,7 @@ struct AssertGate {
     /// The registered key among those that could have made the signature: the key cache first (every
     /// candidate), then Redis (one round trip per candidate, at most two). A signature no key could have
     /// made is `signature_invalid`; one whose keys are all unregistered, `no_matching_key`.
-    private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) async throws(GatewayError) -> ([UInt8], String, KeyCache.Entry) {
+    nonisolated(nonsending) private func recoveredKey(assertion: [UInt8], clientData: [UInt8], record: RequestRecord) async throws(GatewayError) -> ([UInt8], String, KeyCache.Entry) {
         let candidates: [RecoveredKey]
         do {
             candidates = try AssertionVerifier.candidateKeys(assertion: assertion, clientData: clientData)
@@ -174,7 +174,7 @@ struct AssertGate {
     }
 
     /// Reads the key from Redis and caches it; nil when it is not registered.
-    private func loadKey(_ keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry? {
+    nonisolated(nonsending) private func loadKey(_ keyId: [UInt8]) async throws(GatewayError) -> KeyCache.Entry? {
         let record: PublicKeyRecord?
         do {
             record = try await store.loadPublicKey(keyId: keyId)

@@ -19,7 +19,7 @@ struct AssertRoute {
         var inFlight: [UInt8]? = nil
     }
 
-    func decide(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
+    nonisolated(nonsending) func decide(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         do {
             return try await check(request, body: body, path: path, route: route, record: record)
         } catch {
@@ -57,7 +57,7 @@ struct AssertRoute {
         }
     }
 
-    private func check(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
+    nonisolated(nonsending) private func check(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         if let debug = try DebugTokenGate(tokens: runtime.config.appAttest.debugTokens, metrics: metrics).check(request, route: route, record: record) {
             return Outcome(identity: debug, pendingClaim: nil)
         }
@@ -99,7 +99,7 @@ struct AssertRoute {
     }
 
     /// Held for at most the upstream's timeout plus a minute (for Apple's update), should the gateway die.
-    private func markInFlight(_ keyId: [UInt8], route: RouteConfig) async throws(GatewayError) {
+    nonisolated(nonsending) private func markInFlight(_ keyId: [UInt8], route: RouteConfig) async throws(GatewayError) {
         let timeouts = runtime.upstreams[route.upstream ?? ""].map { route.timeouts.applied(to: $0.client.target.timeouts) ?? $0.client.target.timeouts }
         let upstreamMs = timeouts.map { $0.totalMs > 0 ? $0.totalMs : $0.connectMs + $0.firstByteMs } ?? 0
         let marked: Bool

@@ -135,7 +135,7 @@ final class ChallengeAuthority: Sendable {
     }
 
     /// The codec, asking Redis for the shared secret the first time (a failure is retried on the next call).
-    func codec() async throws(GatewayError) -> ChallengeCodec {
+    nonisolated(nonsending) func codec() async throws(GatewayError) -> ChallengeCodec {
         if let codec = loaded.withLock({ $0 }) { return codec }
         do {
             return install(try await store.sharedChallengeSecret(candidate: Self.candidate()))

@@ -24,7 +24,7 @@ struct ProvenKey {
 extension AssertRoute {
     /// The route's `accept:` decides: a request with `X-App-Attest-Token` on a route that takes tokens is
     /// checked as a token, anything else as an assertion (on routes that take those).
-    func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
+    nonisolated(nonsending) func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
         let carriesToken = request.headers.contains { $0.hasName(GatewayTokens.header) }
         if route.accept.contains(.token), carriesToken || !route.accept.contains(.assertion) {
             record.attestMethod = "token"
