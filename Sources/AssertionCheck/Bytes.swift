@@ -21,10 +21,17 @@ public enum Bytes {
     /// where the bytes differ — canonically equivalent ("é" as one scalar or as "e" and an accent).
     public static func sameText(_ bytes: ArraySlice<UInt8>, _ text: String) -> Bool {
         var text = text
-        let equal = text.withUTF8 { own in
-            own.count == bytes.count && bytes.withUnsafeBufferPointer { own.elementsEqual($0) }
+        let same = text.withUTF8 { own in
+            bytes.withUnsafeBufferPointer { Bytes.equal(own, $0) }
         }
-        return equal || String(decoding: bytes, as: UTF8.self) == text
+        return same || String(decoding: bytes, as: UTF8.self) == text
+    }
+
+    /// Byte equality by index (Sequence.elementsEqual walks iterators: ~25 instructions a byte). Not constant-time.
+    static func equal(_ lhs: UnsafeBufferPointer<UInt8>, _ rhs: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        for index in 0..<lhs.count where lhs[index] != rhs[index] { return false }
+        return true
     }
 
     public static func hex(_ bytes: [UInt8]) -> String {

@@ -42,7 +42,7 @@ struct JSONFields {
     /// The member called `name` (an ASCII name).
     subscript(name: StaticString) -> Value? {
         let wanted = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
-        for member in members where withBytes(of: member.name, { $0.elementsEqual(wanted) }) { return member.value }
+        for member in members where withBytes(of: member.name, { Bytes.equal($0, wanted) }) { return member.value }
         return nil
     }
 
@@ -105,7 +105,7 @@ struct JSONFields {
 
     private func sameName(_ lhs: Text, _ rhs: Text) -> Bool {
         if lhs.isASCII && rhs.isASCII {
-            return lhs.range.count == rhs.range.count && withBytes(of: lhs) { left in withBytes(of: rhs) { left.elementsEqual($0) } }
+            return lhs.range.count == rhs.range.count && withBytes(of: lhs) { left in withBytes(of: rhs) { Bytes.equal(left, $0) } }
         }
         return string(lhs) == string(rhs)
     }

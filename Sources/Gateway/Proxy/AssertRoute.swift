@@ -62,7 +62,10 @@ struct AssertRoute {
             return Outcome(identity: debug, pendingClaim: nil)
         }
         let policy = route.deviceCheck
-        let token = request.headers.first(named: DeviceGate.tokenHeader)
+        // Looked up only where a DeviceCheck policy reads it (a lookup by a name that is not a KnownHeader compares
+        // every field's name: ~800 instructions).
+        let readsDevice = policy.fallback || !policy.denyIfBits.isEmpty || policy.oncePerDevice != nil
+        let token = readsDevice ? request.headers.first(named: DeviceGate.tokenHeader) : nil
         let devices = runtime.apple.map { DeviceGate(apple: $0, store: runtime.store) }
         if policy.fallback, !AssertRoute.carriesAssertion(request), let token, let devices {
             let device = try await devices.authenticate(token: token, policy: policy)

@@ -25,7 +25,7 @@ extension AssertRoute {
     /// The route's `accept:` decides: a request with `X-App-Attest-Token` on a route that takes tokens is
     /// checked as a token, anything else as an assertion (on routes that take those).
     nonisolated(nonsending) func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
-        let carriesToken = request.headers.contains { $0.hasName(GatewayTokens.header) }
+        let carriesToken = request.headers.contains { $0.known == .xAppAttestToken }
         if route.accept.contains(.token), carriesToken || !route.accept.contains(.assertion) {
             record.attestMethod = "token"
             guard let tokens = runtime.tokens else { throw .tokenInvalid("this gateway has no app_attest.token section") }
