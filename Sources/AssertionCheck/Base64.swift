@@ -11,6 +11,15 @@ public enum Base64 {
         table[Int(UInt8(ascii: "_"))] = 63
         return table
     }()
+    /// The table four times over, each value already shifted to its place in a group of four characters
+    /// (bit 31 marks a character outside both alphabets): a group is four lookups ORed together.
+    private static let groupTables: [UInt32] = {
+        var tables = [UInt32](repeating: 1 << 31, count: 4 * 256)
+        for byte in 0..<256 where decodeTable[byte] != invalid {
+            for position in 0..<4 { tables[position * 256 + byte] = UInt32(decodeTable[byte]) << UInt32(18 - 6 * position) }
+        }
+        return tables
+    }()
     private static let standardAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
     private static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
@@ -43,11 +52,14 @@ public enum Base64 {
         }
         if padding > 0, input.count % 4 != 0 { return nil }
         if length % 4 == 1 { return nil }
-        // The table's bounds are known (256 entries, indexed by a byte): read without a check per character.
-        return decodeTable.withUnsafeBufferPointer { table in decode(input, length: length, table: table) }
+        // The tables' bounds are known (indexed by a byte): read without a check per character.
+        return decodeTable.withUnsafeBufferPointer { table in
+            groupTables.withUnsafeBufferPointer { groups in decode(input, length: length, table: table, groups: groups) }
+        }
     }
 
-    private static func decode(_ input: UnsafeBufferPointer<UInt8>, length: Int, table: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+    private static func decode(_ input: UnsafeBufferPointer<UInt8>, length: Int, table: UnsafeBufferPointer<UInt8>,
+                               groups: UnsafeBufferPointer<UInt32>) -> [UInt8]? {
         let whole = length / 4
         let tail = length % 4
         let count = whole * 3 + (tail == 0 ? 0 : tail - 1)
@@ -57,20 +69,19 @@ public enum Base64 {
         let output = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
             var out = 0
             var index = 0
-            var bad: UInt8 = 0
+            var bad: UInt32 = 0
             for _ in 0..<whole {
-                let a = table[Int(input[index])], b = table[Int(input[index + 1])]
-                let c = table[Int(input[index + 2])], d = table[Int(input[index + 3])]
+                let chunk = groups[Int(input[index])] | groups[256 + Int(input[index + 1])]
+                    | groups[512 + Int(input[index + 2])] | groups[768 + Int(input[index + 3])]
                 // Checked once at the end: a bad character only wastes the rest of the pass.
-                bad |= a | b | c | d
-                let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                bad |= chunk
                 buffer[out] = UInt8(truncatingIfNeeded: chunk >> 16)
                 buffer[out + 1] = UInt8(truncatingIfNeeded: chunk >> 8)
                 buffer[out + 2] = UInt8(truncatingIfNeeded: chunk)
                 out += 3
                 index += 4
             }
-            valid = bad & 0xC0 == 0
+            valid = bad & (1 << 31) == 0
             if valid, tail > 0 {
                 var chunk: UInt32 = 0
                 for offset in 0..<tail {

@@ -95,7 +95,9 @@ struct ChallengeCodec: Sendable {
 }
 
 /// The HMAC keys challenges are made with. Never printed: `description` and the mirror are redacted.
-struct ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
+/// A class: every assert request copies the codec out of `ChallengeAuthority`, and as a struct its hash
+/// states (~240 bytes and an array) were copied and destroyed each time.
+final class ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
     static let minimumBytes = 32
 
     let signing: HMACSHA256
