@@ -21,9 +21,9 @@ public struct AppID: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(teamID).\(bundleID)" }
 
     /// The configured App ID whose hash is `rpIdHash`, compared in constant time.
-    static func matching(_ rpIdHash: [UInt8], in apps: [AppID]) -> AppID? {
+    static func matching(_ rpIdHash: ArraySlice<UInt8>, in apps: [AppID]) -> AppID? {
         var found: AppID?
-        for app in apps where Bytes.constantTimeEqual(app.rpIdHash, rpIdHash) { found = found ?? app }
+        for app in apps where Bytes.constantTimeEqual(app.rpIdHash[...], rpIdHash) { found = found ?? app }
         return found
     }
 }

@@ -24,11 +24,11 @@ public enum AssertionVerifier {
         note("assertion is a CBOR map with a \(signature.count)-byte signature and \(authDataBytes.count)-byte authenticatorData (flags 0x\(Bytes.hex([authData.flags])), counter \(authData.counter))")
 
         // 1. clientDataHash = SHA256(clientData). 2. nonce = SHA256(authenticatorData || clientDataHash).
-        let nonce = SHA256.hash(authDataBytes, SHA256.hash(clientData))
+        let nonce = SHA256.digest(authDataBytes, SHA256.digest(clientData[...]))
         note("steps 1-2: nonce = SHA256(authenticatorData || SHA256(clientData of \(clientData.count) bytes))")
 
         // 4 (checked first: it is cheap). rpIdHash is SHA256 of the App ID the key belongs to.
-        guard Bytes.constantTimeEqual(authData.rpIdHash, appID.rpIdHash) else {
+        guard Bytes.constantTimeEqual(authData.rpIdHash, appID.rpIdHash[...]) else {
             throw VerificationError(.appIdMismatch, "authenticatorData rpIdHash is not SHA256(\"\(appID)\")")
         }
         note("step 4: rpIdHash is SHA256(\"\(appID)\")")
@@ -53,7 +53,8 @@ public enum AssertionVerifier {
     }
 
     /// {signature: bytes, authenticatorData: bytes}
-    static func decode(_ assertion: [UInt8]) throws(VerificationError) -> (signature: [UInt8], authData: [UInt8]) {
+    /// Slices of `assertion` in its usual layout (no copies).
+    static func decode(_ assertion: [UInt8]) throws(VerificationError) -> (signature: ArraySlice<UInt8>, authData: ArraySlice<UInt8>) {
         guard !assertion.isEmpty, assertion.count <= maxAssertionBytes else {
             throw VerificationError(.badAssertion, "assertion is \(assertion.count) bytes, expected 1...\(maxAssertionBytes)")
         }
@@ -70,6 +71,6 @@ public enum AssertionVerifier {
               let authData = value["authenticatorData"]?.bytes else {
             throw VerificationError(.badAssertion, "assertion must be a CBOR map with byte strings signature and authenticatorData")
         }
-        return (signature, authData)
+        return (signature[...], authData[...])
     }
 }

@@ -5,7 +5,8 @@ public struct AuthenticatorData: Sendable {
     /// AT: what real devices set in attestations and (without credential data) in assertions.
     public static let flagAttestedCredentialData: UInt8 = 0x40
 
-    public let rpIdHash: [UInt8]
+    /// A slice of the authenticator data it was read from.
+    public let rpIdHash: ArraySlice<UInt8>
     public let flags: UInt8
     public let counter: UInt32
     public let attestedCredential: AttestedCredentialData?
@@ -32,24 +33,26 @@ public struct AuthenticatorData: Sendable {
         let credential = AttestedCredentialData(aaguid: Array(bytes[37..<53]),
                                                 credentialId: Array(bytes[55..<credentialEnd]), coseKey: coseKey)
         let extensions = try AuthenticatorExtensions.parseTrailing(bytes[(credentialEnd + keyLength)...], reason: .badFormat)
-        return AuthenticatorData(bytes, attestedCredential: credential, extensions: extensions)
+        return AuthenticatorData(bytes[...], attestedCredential: credential, extensions: extensions)
     }
 
     /// Assertion authenticatorData: 37 fixed bytes, optionally followed by one CBOR extension map.
     /// Real assertions set AT (0x40) without any credential data (an Apple quirk since iOS 14), and
     /// iOS 27 appends an extension map with or without ED; so neither flag decides the parse.
-    static func parseAssertion(_ bytes: [UInt8]) throws(VerificationError) -> AuthenticatorData {
+    static func parseAssertion(_ bytes: ArraySlice<UInt8>) throws(VerificationError) -> AuthenticatorData {
         guard bytes.count >= fixedLength else {
             throw VerificationError(.badAssertion, "authenticatorData is \(bytes.count) bytes, expected at least 37")
         }
-        let extensions = try AuthenticatorExtensions.parseTrailing(bytes[fixedLength...], reason: .badAssertion)
+        let extensions = try AuthenticatorExtensions.parseTrailing(bytes.dropFirst(fixedLength), reason: .badAssertion)
         return AuthenticatorData(bytes, attestedCredential: nil, extensions: extensions)
     }
 
-    private init(_ bytes: [UInt8], attestedCredential: AttestedCredentialData?, extensions: AuthenticatorExtensions?) {
-        rpIdHash = Array(bytes[0..<32])
-        flags = bytes[32]
-        counter = Bytes.bigEndianUInt32(bytes[33..<37])
+    /// `bytes` need not start at index 0 (an assertion's slice).
+    private init(_ bytes: ArraySlice<UInt8>, attestedCredential: AttestedCredentialData?, extensions: AuthenticatorExtensions?) {
+        let start = bytes.startIndex
+        rpIdHash = bytes[start..<start + 32]
+        flags = bytes[start + 32]
+        counter = Bytes.bigEndianUInt32(bytes[(start + 33)..<(start + 37)])
         self.attestedCredential = attestedCredential
         self.extensions = extensions
     }

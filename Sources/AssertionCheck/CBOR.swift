@@ -78,7 +78,7 @@ public enum CBORDecoder {
     /// `second`, each to a definite byte string; nil for anything else, which `decode` then reads in full.
     /// The shape every assertion has: read here in a few hundred instructions instead of libcbor's walk,
     /// load and copy (~13,000), with the same outcome (such a map is one `decode` accepts, with these values).
-    public static func twoByteStrings(_ input: [UInt8], keys first: StaticString, _ second: StaticString) -> ([UInt8], [UInt8])? {
+    public static func twoByteStrings(_ input: [UInt8], keys first: StaticString, _ second: StaticString) -> (ArraySlice<UInt8>, ArraySlice<UInt8>)? {
         var cursor = 0
         /// A head of `major` type with a length in the byte itself or the 1 or 2 bytes after it.
         func length(major: UInt8) -> Int? {
@@ -103,10 +103,10 @@ public enum CBORDecoder {
             cursor += count
             return true
         }
-        func bytes() -> [UInt8]? {
+        func bytes() -> ArraySlice<UInt8>? {
             guard let count = length(major: 2), input.count - cursor >= count else { return nil }
             cursor += count
-            return Array(input[(cursor - count)..<cursor])
+            return input[(cursor - count)..<cursor]
         }
         guard input.first == 0xA2 else { return nil }
         cursor = 1

@@ -4,11 +4,18 @@
 public struct ClientData: Sendable, Equatable {
     public static let maxBytes = 8 * 1024
 
-    public let challenge: String
-    public let method: String
-    public let path: String
+    /// Each field's UTF-8 bytes, escapes decoded: a slice of the client data itself when it has no escape.
+    /// They are compared with the request as bytes; the String views below are for messages and tools.
+    public let challengeBytes: ArraySlice<UInt8>
+    let methodBytes: ArraySlice<UInt8>
+    let pathBytes: ArraySlice<UInt8>
+    let queryBytes: ArraySlice<UInt8>?
     public let bodySHA256: [UInt8]
-    public let query: String?
+
+    public var challenge: String { String(decoding: challengeBytes, as: UTF8.self) }
+    public var method: String { String(decoding: methodBytes, as: UTF8.self) }
+    public var path: String { String(decoding: pathBytes, as: UTF8.self) }
+    public var query: String? { queryBytes.map { String(decoding: $0, as: UTF8.self) } }
 
     public static func parse(_ bytes: [UInt8]) throws(VerificationError) -> ClientData {
         guard !bytes.isEmpty, bytes.count <= maxBytes else {
@@ -17,26 +24,26 @@ public struct ClientData: Sendable, Equatable {
         guard let object = JSONFields(bytes) else {
             throw VerificationError(.clientDataInvalid, "client data is not a JSON object (or repeats a member)")
         }
-        func field(_ name: String) throws(VerificationError) -> String {
+        func field(_ name: StaticString) throws(VerificationError) -> ArraySlice<UInt8> {
             guard case .string(let value)? = object[name] else {
                 throw VerificationError(.clientDataInvalid, "client data field \"\(name)\" is missing or not a string")
             }
-            return value
+            return object.bytes(of: value)
         }
         let challenge = try field("challenge")
         guard !challenge.isEmpty else { throw VerificationError(.clientDataInvalid, "client data challenge is empty") }
         let encodedHash = try field("bodySHA256")
-        guard let bodySHA256 = Base64.decode(encodedHash), bodySHA256.count == 32 else {
+        guard let bodySHA256 = Base64.decode(utf8: encodedHash), bodySHA256.count == 32 else {
             throw VerificationError(.clientDataInvalid, "client data bodySHA256 is not base64 of 32 bytes")
         }
-        let query: String?
+        let query: ArraySlice<UInt8>?
         switch object["query"] {
         case nil, .null?: query = nil
-        case .string(let text)?: query = text
+        case .string(let text)?: query = object.bytes(of: text)
         case .other?: throw VerificationError(.clientDataInvalid, "client data field \"query\" is not a string")
         }
-        return ClientData(challenge: challenge, method: try field("method"), path: try field("path"),
-                          bodySHA256: bodySHA256, query: query)
+        return ClientData(challengeBytes: challenge, methodBytes: try field("method"), pathBytes: try field("path"),
+                          queryBytes: query, bodySHA256: bodySHA256)
     }
 }
 
@@ -64,13 +71,13 @@ public struct BoundRequest: Sendable {
 public enum RequestBinding {
     /// Checks that the signed client data describes this very request.
     public static func check(_ clientData: ClientData, against request: BoundRequest) throws(VerificationError) {
-        guard clientData.method == request.method else {
+        guard Bytes.sameText(clientData.methodBytes, request.method) else {
             throw VerificationError(.methodMismatch, "client data method \(clientData.method) but request method \(request.method)")
         }
-        guard clientData.path == request.path else {
+        guard Bytes.sameText(clientData.pathBytes, request.path) else {
             throw VerificationError(.pathMismatch, "client data path differs from the request path")
         }
-        guard (clientData.query ?? "") == (request.query ?? "") else {
+        guard Bytes.sameText(clientData.queryBytes ?? [], request.query ?? "") else {
             throw VerificationError(.queryMismatch, "client data query differs from the request query string")
         }
         guard Bytes.constantTimeEqual(clientData.bodySHA256, request.bodySHA256) else {

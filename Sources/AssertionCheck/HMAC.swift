@@ -25,6 +25,11 @@ public struct HMACSHA256: Sendable, CustomStringConvertible, CustomReflectable {
 
     /// The MAC of `messagePrefix || first || second`, without building the message.
     public func mac(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
-        outer.hash(inner.hash(first, second)[...])
+        digest(first, second[...]).bytes
+    }
+
+    /// The same as a value, for a constant-time compare (`SHA256.Digest.matches`) without arrays.
+    public func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> SHA256.Digest {
+        outer.digest(inner.digest(first, second))
     }
 }

@@ -2,9 +2,21 @@
 /// every other value is validated and skipped. Strict: one object, no trailing commas, no duplicate
 /// keys (two `path` members would let two readers see two requests), nesting bounded.
 /// Foundation's JSONSerialization costs more than a third of an ECDSA verify here, hence this reader.
+/// Names and strings stay bytes, noted by where they lie (in the input, or after decoding escapes in
+/// `decoded`): client data's values are only compared with the request's, and a String per member cost
+/// ~5,000 instructions a parse.
 struct JSONFields {
+    /// A string's UTF-8 bytes (escapes decoded, checked to be valid UTF-8): a range of the input, or of
+    /// `decoded` when the string had escapes.
+    struct Text: Equatable {
+        let range: Range<Int>
+        let isDecoded: Bool
+        /// Whether every byte is ASCII: two such names are the same name only when their bytes are.
+        let isASCII: Bool
+    }
+
     enum Value: Equatable {
-        case string(String)
+        case string(Text)
         case null
         /// A number, boolean, array or object: present, not interpreted.
         case other
@@ -13,11 +25,12 @@ struct JSONFields {
     /// In order, searched by a scan: client data has five members, and a dictionary's hashing cost ~3,300
     /// instructions a parse. Past `scannedMembers` the names also go into a set, so finding a repeated
     /// name stays linear in the input.
-    private var members: [(name: String, value: Value)] = []
+    private var members: [(name: Text, value: Value)] = []
     private var names: Set<String>?
     private static let scannedMembers = 16
 
     private let bytes: [UInt8]
+    private var decoded: [UInt8] = []
     private var index = 0
     private static let maxDepth = 32
 
@@ -26,7 +39,21 @@ struct JSONFields {
         guard parseTopLevel() else { return nil }
     }
 
-    subscript(name: String) -> Value? { members.first { $0.name == name }?.value }
+    /// The member called `name` (an ASCII name).
+    subscript(name: StaticString) -> Value? {
+        let wanted = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        for member in members where withBytes(of: member.name, { Bytes.equal($0, wanted) }) { return member.value }
+        return nil
+    }
+
+    /// The bytes `text` names.
+    func bytes(of text: Text) -> ArraySlice<UInt8> {
+        text.isDecoded ? decoded[text.range] : bytes[text.range]
+    }
+
+    private func withBytes<T>(of text: Text, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        (text.isDecoded ? decoded : bytes).withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[text.range])) }
+    }
 
     private mutating func parseTopLevel() -> Bool {
         skipWhitespace()
@@ -59,17 +86,32 @@ struct JSONFields {
         return index == bytes.count
     }
 
-    /// False when the object already has a member of that name.
-    private mutating func add(_ name: String, _ value: Value) -> Bool {
+    /// False when the object already has a member of that name. Names are compared as Swift compares
+    /// Strings (canonical equivalence: "é" precomposed or not is one name), which for ASCII is byte equality.
+    private mutating func add(_ name: Text, _ value: Value) -> Bool {
         if members.isEmpty { members.reserveCapacity(8) }
         if names != nil {
-            guard names?.insert(name).inserted == true else { return false }
+            let text = string(name)
+            guard names?.insert(text).inserted == true else { return false }
         } else {
-            guard !members.contains(where: { $0.name == name }) else { return false }
-            if members.count == Self.scannedMembers { names = Set(members.map(\.name) + [name]) }
+            for member in members where sameName(member.name, name) { return false }
+            if members.count == Self.scannedMembers {
+                names = Set((members.map(\.name) + [name]).map(string))
+            }
         }
         members.append((name, value))
         return true
+    }
+
+    private func sameName(_ lhs: Text, _ rhs: Text) -> Bool {
+        if lhs.isASCII && rhs.isASCII {
+            return lhs.range.count == rhs.range.count && withBytes(of: lhs) { left in withBytes(of: rhs) { Bytes.equal(left, $0) } }
+        }
+        return string(lhs) == string(rhs)
+    }
+
+    private func string(_ text: Text) -> String {
+        String(decoding: bytes(of: text), as: UTF8.self)
     }
 
     private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -92,21 +134,15 @@ struct JSONFields {
         while let byte = peek, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { index += 1 }
     }
 
-    /// A string token; escapes decoded, control characters and invalid UTF-8 rejected.
-    private mutating func parseString() -> String? {
+    /// A string token, escapes decoded; control characters and invalid UTF-8 rejected.
+    private mutating func parseString() -> Text? {
         guard consume(UInt8(ascii: "\"")) else { return nil }
-        // Most strings have no escape: one scan, one String made from the slice (no per-byte append).
-        var end = index
-        var highBits: UInt8 = 0
-        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 {
-            highBits |= bytes[end]
-            end += 1
-        }
+        // Most strings have no escape: one scan, and the input's own bytes.
+        let (end, highBits) = bytes.withUnsafeBufferPointer { [index] in Self.plainRun($0, from: index) }
         if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
             defer { index = end + 1 }
-            // ASCII needs no validation, and String(validating:) takes a slow generic path (~1,000
-            // instructions a member on client data).
-            return highBits < 0x80 ? String(decoding: bytes[index..<end], as: UTF8.self) : String(validating: bytes[index..<end], as: UTF8.self)
+            let text = Text(range: index..<end, isDecoded: false, isASCII: highBits < 0x80)
+            return text.isASCII || String(validating: bytes[text.range], as: UTF8.self) != nil ? text : nil
         }
         var output = Array(bytes[index..<end])
         index = end
@@ -114,7 +150,10 @@ struct JSONFields {
             index += 1
             switch byte {
             case UInt8(ascii: "\""):
-                return String(validating: output, as: UTF8.self)
+                guard String(validating: output, as: UTF8.self) != nil else { return nil }
+                let start = decoded.count
+                decoded += output
+                return Text(range: start..<decoded.count, isDecoded: true, isASCII: !output.contains { $0 >= 0x80 })
             case UInt8(ascii: "\\"):
                 guard let escaped = parseEscape() else { return nil }
                 output.append(contentsOf: escaped)
@@ -125,6 +164,34 @@ struct JSONFields {
             }
         }
         return nil
+    }
+
+    /// Where the run of bytes from `start` that need no decoding ends (at a quote, a backslash, a control
+    /// character or the end), and the OR of its bytes' top bits. Eight bytes at a time while none of them
+    /// ends the run (a byte-at-a-time scan cost ~12 instructions a byte of client data), then byte by byte.
+    private static func plainRun(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> (end: Int, highBits: UInt8) {
+        let ones: UInt64 = 0x0101_0101_0101_0101, tops: UInt64 = 0x8080_8080_8080_8080
+        var end = start
+        var seen: UInt64 = 0
+        let raw = UnsafeRawBufferPointer(bytes)
+        while end + 8 <= bytes.count {
+            let word = raw.loadUnaligned(fromByteOffset: end, as: UInt64.self)
+            // A byte of `word ^ quotes` is zero where the word has a quote; `(x - 0x01…) & ~x & 0x80…` is
+            // non-zero exactly when some byte of x is zero, and with 0x20… when some byte is below 0x20.
+            let quotes = word ^ (ones &* 0x22), backslashes = word ^ (ones &* 0x5C)
+            let stops = ((quotes &- ones) & ~quotes) | ((backslashes &- ones) & ~backslashes) | ((word &- ones &* 0x20) & ~word)
+            if stops & tops != 0 { break }
+            seen |= word
+            end += 8
+        }
+        var highBits: UInt8 = seen & tops == 0 ? 0 : 0x80
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            highBits |= byte
+            end += 1
+        }
+        return (end, highBits)
     }
 
     private mutating func parseEscape() -> [UInt8]? {

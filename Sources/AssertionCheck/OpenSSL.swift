@@ -21,13 +21,52 @@ public enum SHA256 {
     /// SHA256(first || second) without building the concatenation (the App Attest nonce).
     public static func hash(_ first: [UInt8], _ second: [UInt8]) -> [UInt8] {
         if first.isEmpty && second.isEmpty { return ofNothing }
+        return digest(first[...], second[...]).bytes
+    }
+
+    /// The same as a value: a digest that only feeds the next hash or a compare needs no array.
+    public static func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> Digest {
         var context = SHA256_CTX()
-        var digest = [UInt8](repeating: 0, count: 32)
         SHA256_Init(&context)
-        first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
-        if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
-        digest.withUnsafeMutableBufferPointer { _ = SHA256_Final($0.baseAddress, &context) }
-        return digest
+        return Midstate.finish(&context, first, second)
+    }
+
+    /// SHA256(first || second) where `second` is itself a digest (the App Attest nonce).
+    public static func digest(_ first: ArraySlice<UInt8>, _ second: Digest) -> Digest {
+        var context = SHA256_CTX()
+        SHA256_Init(&context)
+        if !first.isEmpty { first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
+        second.update(&context)
+        return Midstate.finalDigest(&context)
+    }
+
+    /// 32 bytes held inline.
+    public struct Digest: Sendable {
+        fileprivate var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+        public var bytes: [UInt8] {
+            [UInt8](unsafeUninitializedCapacity: 32) { buffer, initialized in
+                withUnsafeBytes(of: words) { buffer.baseAddress!.initialize(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 32) }
+                initialized = 32
+            }
+        }
+
+        /// Constant-time equality with `other` (a MAC as received).
+        public func matches(_ other: ArraySlice<UInt8>) -> Bool {
+            guard other.count == 32 else { return false }
+            return withUnsafeBytes(of: words) { own in
+                other.withUnsafeBufferPointer { other in
+                    var difference: UInt8 = 0
+                    for index in 0..<32 { difference |= own[index] ^ other[index] }
+                    return difference == 0
+                }
+            }
+        }
+
+        /// The digest hashed where it lies.
+        fileprivate func update(_ context: inout SHA256_CTX) {
+            withUnsafeBytes(of: words) { _ = SHA256_Update(&context, $0.baseAddress, 32) }
+        }
     }
 
     /// The hash state after a fixed prefix, for messages that all start with it (HMAC's padded keys: one
@@ -44,13 +83,31 @@ public enum SHA256 {
 
         /// SHA256(prefix || first || second), the parts hashed where they are.
         public func hash(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
+            digest(first, second[...]).bytes
+        }
+
+        public func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> Digest {
             var context = self.context
-            first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) }
+            return Self.finish(&context, first, second)
+        }
+
+        /// SHA256(prefix || digest) (HMAC's outer hash).
+        public func digest(_ inner: Digest) -> Digest {
+            var context = self.context
+            inner.update(&context)
+            return Self.finalDigest(&context)
+        }
+
+        fileprivate static func finish(_ context: inout SHA256_CTX, _ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8>) -> Digest {
+            if !first.isEmpty { first.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
             if !second.isEmpty { second.withUnsafeBytes { _ = SHA256_Update(&context, $0.baseAddress, $0.count) } }
-            return [UInt8](unsafeUninitializedCapacity: 32) { digest, initialized in
-                _ = SHA256_Final(digest.baseAddress, &context)
-                initialized = 32
-            }
+            return finalDigest(&context)
+        }
+
+        fileprivate static func finalDigest(_ context: inout SHA256_CTX) -> Digest {
+            var digest = Digest()
+            withUnsafeMutableBytes(of: &digest.words) { _ = SHA256_Final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }
+            return digest
         }
     }
 }
@@ -114,21 +171,32 @@ public final class P256PublicKey: @unchecked Sendable {
     /// here (`ECDSASignature.integerRanges`) rather than by ECDSA_verify, whose ASN.1 decode and re-encode
     /// (to refuse every other spelling) cost ~8,000 instructions; the same spellings are refused.
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        guard let (r, s) = ECDSASignature.integerRanges(fromDER: signature),
-              let scratch = P256PublicKey.spareScratch.borrow() else { return false }
-        defer { P256PublicKey.spareScratch.giveBack(scratch) }
-        // R and S into the scratch signature's own BIGNUMs (BN_bin2bn reuses their storage).
-        let numbers = signature.withUnsafeBufferPointer { buffer in
-            (BN_bin2bn(buffer.baseAddress! + r.lowerBound, Int32(r.count), scratch.r), BN_bin2bn(buffer.baseAddress! + s.lowerBound, Int32(s.count), scratch.s))
+        isValidSignature(signature[...], digest: SHA256.digest(message[...]))
+    }
+
+    /// The same for a message that is itself a digest (App Attest signs the nonce): no array on the way.
+    public func isValidSignature(_ signature: ArraySlice<UInt8>, for message: SHA256.Digest) -> Bool {
+        isValidSignature(signature, digest: SHA256.digest([], message))
+    }
+
+    private func isValidSignature(_ signature: ArraySlice<UInt8>, digest: SHA256.Digest) -> Bool {
+        signature.withUnsafeBufferPointer { der in
+            guard let (r, s) = ECDSASignature.integerRanges(fromDER: der),
+                  let scratch = P256PublicKey.spareScratch.borrow() else { return false }
+            defer { P256PublicKey.spareScratch.giveBack(scratch) }
+            // R and S into the scratch signature's own BIGNUMs (BN_bin2bn reuses their storage).
+            guard BN_bin2bn(der.baseAddress! + r.lowerBound, Int32(r.count), scratch.r) != nil,
+                  BN_bin2bn(der.baseAddress! + s.lowerBound, Int32(s.count), scratch.s) != nil,
+                  copenssl_EC_KEY_copy_public_key(scratch.key, curvePoint) == 1 else {
+                ERR_clear_error()
+                return false
+            }
+            let result = withUnsafeBytes(of: digest.words) {
+                ECDSA_do_verify($0.bindMemory(to: UInt8.self).baseAddress, 32, scratch.signature, scratch.key)
+            }
+            if result != 1 { ERR_clear_error() }
+            return result == 1
         }
-        guard numbers.0 != nil, numbers.1 != nil, EC_KEY_set_public_key(scratch.key, curvePoint) == 1 else {
-            ERR_clear_error()
-            return false
-        }
-        let digest = SHA256.hash(message)
-        let result = ECDSA_do_verify(digest, Int32(digest.count), scratch.signature, scratch.key)
-        if result != 1 { ERR_clear_error() }
-        return result == 1
     }
 
     /// What one verification needs besides the key's point, lent to one verification at a time: an EC_KEY
@@ -393,7 +461,7 @@ public enum ECDSASignature {
     /// two non-negative INTEGERs, each in its one minimal encoding, nothing after) whose R and S fit 32 bytes;
     /// nil otherwise. The spellings ECDSA_verify accepts: it encodes what it parsed again and refuses any
     /// difference (and an R or S of more than 32 bytes is not below the order).
-    static func integerRanges(fromDER der: [UInt8]) -> (r: Range<Int>, s: Range<Int>)? {
+    static func integerRanges(fromDER der: UnsafeBufferPointer<UInt8>) -> (r: Range<Int>, s: Range<Int>)? {
         // Two INTEGERs of at most 33 bytes each: the SEQUENCE's length always fits its one short-form byte.
         guard der.count >= 8, der[0] == 0x30, der[1] < 0x80, Int(der[1]) == der.count - 2 else { return nil }
         var cursor = 2
@@ -646,7 +714,7 @@ extension AssertionVerifier {
     /// the registered keys and then verifies the assertion with the registered key, as with a named one.
     public static func candidateKeys(assertion: [UInt8], clientData: [UInt8]) throws(VerificationError) -> [RecoveredKey] {
         let (signature, authData) = try decode(assertion)
-        return KeyRecovery.candidates(signature: signature, message: SHA256.hash(authData, SHA256.hash(clientData)))
+        return KeyRecovery.candidates(signature: Array(signature), message: SHA256.digest(authData, SHA256.digest(clientData[...])).bytes)
     }
 }
 

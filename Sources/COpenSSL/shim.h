@@ -31,4 +31,12 @@ static inline int copenssl_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(EVP_PKEY_CTX *
     return EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx, nid);
 }
 
+// The public point of a verification's scratch EC_KEY, copied into the point the key already owns:
+// EC_KEY_set_public_key frees that point and allocates a new one (four allocations) on every call.
+static inline int copenssl_EC_KEY_copy_public_key(EC_KEY *key, const EC_POINT *point) {
+    EC_POINT *own = (EC_POINT *)EC_KEY_get0_public_key(key);
+    if (own == NULL) return EC_KEY_set_public_key(key, point);
+    return EC_POINT_copy(own, point);
+}
+
 #endif

@@ -29,4 +29,19 @@ final class Base64Tests: XCTestCase {
         XCTAssertNil(Base64.decode("QUJ="))
         XCTAssertEqual(Base64.decode(""), [])
     }
+
+    /// Whole groups are decoded by table lookups checked once at the end: every byte outside both alphabets is
+    /// refused at every place of a group, in the first group, a middle one and the last whole one.
+    func testRefusesAnyOtherByteAtEveryPlace() {
+        let valid = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_".utf8)
+        let text = Array("QUJDREVGR0hJSktM".utf8)
+        XCTAssertNotNil(Base64.decode(utf8: text))
+        for byte in UInt8.min...UInt8.max where !valid.contains(byte) {
+            for place in [0, 1, 2, 3, 6, 13, 15] {
+                var spoiled = text
+                spoiled[place] = byte
+                XCTAssertNil(Base64.decode(utf8: spoiled), "byte \(byte) at \(place)")
+            }
+        }
+    }
 }

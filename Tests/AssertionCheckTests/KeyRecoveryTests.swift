@@ -78,6 +78,18 @@ final class KeyRecoveryTests: XCTestCase {
         let utf8 = Array(message.utf8)
         XCTAssertEqual(Bytes.hex(HMACSHA256(key: key, messagePrefix: Array(utf8[..<10])).mac(utf8[10..<20], Array(utf8[20...]))), expected)
         XCTAssertEqual(Bytes.hex(HMACSHA256(key: cases[2].0, messagePrefix: Array(cases[2].1.utf8)).mac([])), cases[2].2)
+        // The MAC as a value: the same bytes, and a constant-time compare that refuses any other 32 bytes or length.
+        let digest = HMACSHA256(key: key, messagePrefix: Array(utf8[..<10])).digest(utf8[10..<20], utf8[20...])
+        XCTAssertEqual(Bytes.hex(digest.bytes), expected)
+        XCTAssertTrue(digest.matches(hex(expected)[...]))
+        for index in [0, 17, 31] {
+            var altered = hex(expected)
+            altered[index] ^= 0x01
+            XCTAssertFalse(digest.matches(altered[...]), "byte \(index) altered")
+        }
+        XCTAssertFalse(digest.matches(hex(expected).dropLast()))
+        XCTAssertFalse(digest.matches(hex(expected)[...] + [0]))
+        XCTAssertEqual(SHA256.digest(utf8[..<5], utf8[5...]).bytes, SHA256.hash(utf8))
     }
 
     private func hex(_ text: String) -> [UInt8] {

@@ -320,6 +320,43 @@ final class SimulatorReasonTests: XCTestCase {
         assertReason(.clientDataInvalid, try ClientData.parse(object(path: Array("/a".utf8), extra: #","m":1,"\u006d":2"#)), "an escaped repeat")
     }
 
+    /// Fields are read as bytes and compared with the request as bytes, yet text that Swift takes for the same
+    /// String still is: a name or value spelled with a decomposed accent, or with U+212A KELVIN SIGN for "K".
+    func testClientDataComparesTextAsStringsDo() throws {
+        let hash = SHA256.hash([]).base64EncodedForTest
+        let decomposed = Array(#"{"ch\u0061llenge":"c","method":"GET","bodySHA256":"\#(hash)","path":"/cafe\u0301"}"#.utf8)
+        let parsed = try ClientData.parse(decomposed)
+        XCTAssertEqual(Array(parsed.challengeBytes), Array("c".utf8), "a name spelled with an escape is found")
+        XCTAssertEqual(Array(parsed.path.utf8), Array("/cafe\u{301}".utf8), "kept as sent")
+        XCTAssertNoThrow(try RequestBinding.check(parsed, against: BoundRequest(method: "GET", path: "/caf\u{e9}", query: nil, body: [])),
+                         "precomposed and decomposed é are one String")
+        assertReason(.pathMismatch, try RequestBinding.check(parsed, against: BoundRequest(method: "GET", path: "/cafe", query: nil, body: [])))
+        assertReason(.methodMismatch, try RequestBinding.check(parsed, against: BoundRequest(method: "GE", path: "/cafe\u{301}", query: nil, body: [])))
+        let fields = #""challenge":"c","method":"GET","bodySHA256":"\#(hash)","path":"/a""#
+        XCTAssertNoThrow(try ClientData.parse(Array("{\(fields),\"e\":1,\"K\":2}".utf8)))
+        assertReason(.clientDataInvalid, try ClientData.parse(Array(#"{\#(fields),"\u212A":1,"K":2}"#.utf8)), "the Kelvin sign repeats K")
+        assertReason(.clientDataInvalid, try ClientData.parse(Array(#"{\#(fields),"\u00e9":1,"e\u0301":2}"#.utf8)), "é repeated, decomposed")
+    }
+
+    /// Strings are scanned eight bytes at a time: whatever ends or spoils the plain run (an escape, a raw control
+    /// character, a non-ASCII byte, valid or not) is found at every offset in and across those words.
+    func testClientDataStringsAreReadAtEveryOffset() throws {
+        let hash = SHA256.hash([]).base64EncodedForTest
+        func parse(_ path: [UInt8]) throws -> ClientData {
+            try ClientData.parse(Array(#"{"challenge":"c","method":"GET","bodySHA256":"\#(hash)","path":""#.utf8) + path + Array("\"}".utf8))
+        }
+        for offset in 0..<20 {
+            let before = [UInt8](repeating: UInt8(ascii: "a"), count: offset), after = [UInt8](repeating: UInt8(ascii: "b"), count: 11)
+            XCTAssertEqual(try parse(before + Array(#"\"x"#.utf8) + after).path, String(decoding: before + Array("\"x".utf8) + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + Array(#"\\"#.utf8) + after).path, String(decoding: before + [0x5C] + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + Array("é".utf8) + after).path, String(decoding: before + Array("é".utf8) + after, as: UTF8.self))
+            XCTAssertEqual(try parse(before + [0x7F, 0x20] + after).path, String(decoding: before + [0x7F, 0x20] + after, as: UTF8.self))
+            assertReason(.clientDataInvalid, try parse(before + [0x1F] + after), "a control character at \(offset)")
+            assertReason(.clientDataInvalid, try parse(before + [0xFF] + after), "invalid UTF-8 at \(offset)")
+            assertReason(.clientDataInvalid, try parse(before + [0x22] + after), "an unescaped quote at \(offset)")
+        }
+    }
+
     // MARK: TestCA persistence
 
     func testSavedCALoadsAndIssuesUnderTheSameRoot() throws {

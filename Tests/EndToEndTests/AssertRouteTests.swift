@@ -55,10 +55,12 @@ final class AssertRouteTests: XCTestCase, SharedGatewayTests {
         let metrics = try env.metrics { (MetricsText.sample(hit, in: $0) ?? 0) >= hits + 1 }
         XCTAssertEqual(MetricsText.sample(hit, in: metrics), hits + 1, metrics)
 
-        // A key id sent in the URL-safe alphabet, unpadded, is logged in the one standard spelling.
+        // A key id sent in the URL-safe alphabet, unpadded, is logged and forwarded in the one standard spelling.
         var urlSafe = try app.signed("GET", "/secure/url-safe-key-id")
         urlSafe.headers = urlSafe.headers.map { $0.hasName("X-App-Attest-Key-Id") ? HTTPField($0.name, Base64.encodeURLSafe(app.device.keyId)) : $0 }
-        XCTAssertEqual(try app.send(urlSafe).status, 200)
+        let urlSafeReply = try app.send(urlSafe)
+        XCTAssertEqual(urlSafeReply.status, 200)
+        XCTAssertEqual(urlSafeReply.forwarded("X-Attest-Key-Id"), [app.device.keyIdBase64])
         let loggedURLSafe = env.gateway.waitForEvent { $0["event"] as? String == "request" && $0["path"] as? String == "/secure/url-safe-key-id" }
         XCTAssertEqual(loggedURLSafe?["key_id"] as? String, app.device.keyIdBase64)
     }

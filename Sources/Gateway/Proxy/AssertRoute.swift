@@ -19,7 +19,7 @@ struct AssertRoute {
         var inFlight: [UInt8]? = nil
     }
 
-    func decide(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
+    nonisolated(nonsending) func decide(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         do {
             return try await check(request, body: body, path: path, route: route, record: record)
         } catch {
@@ -57,12 +57,15 @@ struct AssertRoute {
         }
     }
 
-    private func check(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
+    nonisolated(nonsending) private func check(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> Outcome {
         if let debug = try DebugTokenGate(tokens: runtime.config.appAttest.debugTokens, metrics: metrics).check(request, route: route, record: record) {
             return Outcome(identity: debug, pendingClaim: nil)
         }
         let policy = route.deviceCheck
-        let token = request.headers.first(named: DeviceGate.tokenHeader)
+        // Looked up only where a DeviceCheck policy reads it (a lookup by a name that is not a KnownHeader compares
+        // every field's name: ~800 instructions).
+        let readsDevice = policy.fallback || !policy.denyIfBits.isEmpty || policy.oncePerDevice != nil
+        let token = readsDevice ? request.headers.first(named: DeviceGate.tokenHeader) : nil
         let devices = runtime.apple.map { DeviceGate(apple: $0, store: runtime.store) }
         if policy.fallback, !AssertRoute.carriesAssertion(request), let token, let devices {
             let device = try await devices.authenticate(token: token, policy: policy)
@@ -99,7 +102,7 @@ struct AssertRoute {
     }
 
     /// Held for at most the upstream's timeout plus a minute (for Apple's update), should the gateway die.
-    private func markInFlight(_ keyId: [UInt8], route: RouteConfig) async throws(GatewayError) {
+    nonisolated(nonsending) private func markInFlight(_ keyId: [UInt8], route: RouteConfig) async throws(GatewayError) {
         let timeouts = runtime.upstreams[route.upstream ?? ""].map { route.timeouts.applied(to: $0.client.target.timeouts) ?? $0.client.target.timeouts }
         let upstreamMs = timeouts.map { $0.totalMs > 0 ? $0.totalMs : $0.connectMs + $0.firstByteMs } ?? 0
         let marked: Bool

@@ -66,7 +66,7 @@ final class BodySource {
     }
 
     /// `read` for async callers (assert routes, built-in endpoints).
-    func read() async throws(GatewayError) -> [UInt8] {
+    nonisolated(nonsending) func read() async throws(GatewayError) -> [UInt8] {
         if let bytes { return bytes }
         // Nothing to wait for: no suspension either.
         if let result = exchange.bodyAtOnce(limit: limit) { return try took(result).get() }

@@ -13,9 +13,15 @@ struct DebugTokenGate {
 
     /// nil when the request carries no debug token (the route's usual checks apply).
     func check(_ request: HTTPRequest, route: RouteConfig, record: RequestRecord) throws(GatewayError) -> Forwarder.Identity? {
-        let values = request.headers.filter { $0.hasName(DebugTokenGate.header) }
-        guard let secret = values.first?.value else { return nil }
-        guard values.count == 1 else { throw .badHeader("\(DebugTokenGate.header) appears more than once") }
+        // By the field's KnownHeader code, counted in place: this runs on every assert request.
+        var secret: String?
+        var count = 0
+        for field in request.headers where field.known == .xAppAttestDebugToken {
+            if count == 0 { secret = field.value }
+            count += 1
+        }
+        guard let secret else { return nil }
+        guard count == 1 else { throw .badHeader("\(DebugTokenGate.header) appears more than once") }
         guard route.allowDebug else { throw .debugTokenRefused }
         let hash = SHA256.hash(Array(secret.utf8))
         var match: DebugToken?

@@ -25,9 +25,19 @@ public final class KeyCache: Sendable {
         }
     }
 
+    /// A key id as a dictionary key, hashed as one run of bytes: an array's own hash feeds the hasher a
+    /// byte at a time (~800 instructions a lookup for a 32-byte id).
+    private struct KeyID: Hashable {
+        let bytes: [UInt8]
+
+        func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+    }
+
     private struct Generations {
-        var young: [[UInt8]: Entry] = [:]
-        var old: [[UInt8]: Entry] = [:]
+        var young: [KeyID: Entry] = [:]
+        var old: [KeyID: Entry] = [:]
     }
 
     private let generations = Locked(Generations())
@@ -40,6 +50,7 @@ public final class KeyCache: Sendable {
 
     public func entry(for keyId: [UInt8]) -> Entry? {
         guard generationSize > 0 else { return nil }
+        let keyId = KeyID(bytes: keyId)
         return generations.withLock { state in
             if let entry = state.young[keyId] { return entry }
             guard let entry = state.old[keyId] else { return nil }
@@ -50,12 +61,12 @@ public final class KeyCache: Sendable {
 
     public func store(_ entry: Entry, for keyId: [UInt8]) {
         guard generationSize > 0 else { return }
-        generations.withLock { Self.insert(keyId, entry, into: &$0, generationSize: generationSize) }
+        generations.withLock { Self.insert(KeyID(bytes: keyId), entry, into: &$0, generationSize: generationSize) }
     }
 
     public var count: Int { generations.withLock { $0.young.count + $0.old.count } }
 
-    private static func insert(_ keyId: [UInt8], _ entry: Entry, into state: inout Generations, generationSize: Int) {
+    private static func insert(_ keyId: KeyID, _ entry: Entry, into state: inout Generations, generationSize: Int) {
         if state.young.count >= generationSize {
             state.old = state.young
             state.young = [:]

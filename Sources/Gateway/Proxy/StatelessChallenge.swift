@@ -48,6 +48,11 @@ struct ChallengeCodec: Sendable {
     /// Whether `text` claims to be issued for one key id (then `check` needs that key id); false for
     /// anything that is not a challenge at all.
     static func isBound(_ text: String) -> Bool {
+        isBound(ArraySlice(text.utf8))
+    }
+
+    /// The same over the challenge's bytes (as client data carries it).
+    static func isBound(_ text: ArraySlice<UInt8>) -> Bool {
         guard let bytes = decode(text) else { return false }
         return bytes[1] & boundFlag != 0
     }
@@ -55,34 +60,44 @@ struct ChallengeCodec: Sendable {
     /// Checks the MAC (with `keyId` when the challenge was issued for one), then the kind, then the expiry,
     /// and answers what the store needs to spend it.
     func check(_ text: String, kind: ChallengeKind, keyId: [UInt8]?, now: Date = Date()) throws(GatewayError) -> ChallengeUse {
+        try check(ArraySlice(text.utf8), kind: kind, keyId: keyId, now: now)
+    }
+
+    /// The same over the challenge's bytes (as client data carries it).
+    func check(_ text: ArraySlice<UInt8>, kind: ChallengeKind, keyId: [UInt8]?, now: Date = Date()) throws(GatewayError) -> ChallengeUse {
         guard let bytes = Self.decode(text) else { throw .challengeInvalid }
         let bound = bytes[1] & Self.boundFlag != 0
         guard !bound || keyId != nil else { throw .challengeInvalid }
         let signed = bytes[..<Self.headerBytes], boundTo = bound ? keyId ?? [] : []
-        let mac = Array(bytes[Self.headerBytes...])
-        guard secrets.all.contains(where: { Bytes.constantTimeEqual($0.mac(signed, boundTo), mac) }) else { throw .challengeInvalid }
+        let mac = bytes[Self.headerBytes...]
+        // Each secret's MAC compared in constant time (`matches`), as values: no array per MAC.
+        var valid = false
+        for secret in secrets.all where !valid { valid = secret.digest(signed, boundTo[...]).matches(mac) }
+        guard valid else { throw .challengeInvalid }
         guard bytes[1] & ~Self.boundFlag == kind.rawValue else { throw .challengeWrongKind }
-        let expiry = bytes[2..<6].reduce(Int64(0)) { $0 << 8 | Int64($1) }
+        let expiry = Int64(bytes[2]) << 24 | Int64(bytes[3]) << 16 | Int64(bytes[4]) << 8 | Int64(bytes[5])
         let remainingMs = expiry * 1000 - Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         guard remainingMs > 0 else { throw .challengeExpired }
-        return ChallengeUse(id: Base64.encodeURLSafe(Array(bytes[6..<Self.headerBytes])),
+        return ChallengeUse(id: Base64.encodeURLSafe(bytes[6..<Self.headerBytes]),
                             ttlMs: Int(min(remainingMs + Int64(Self.clockSkewMs), Int64(ChallengeUse.maxTTLMs))))
     }
 
     /// The 54 bytes of a well-formed challenge of this version, or nil. Clients that treat the challenge as
     /// bytes and put base64 of them in their client data (96 characters) are understood too.
-    private static func decode(_ text: String) -> [UInt8]? {
-        if text.utf8.count == 96, let inner = Base64.decode(text), inner.count == encodedLength {
-            return decode(String(decoding: inner, as: UTF8.self))
+    private static func decode(_ text: ArraySlice<UInt8>) -> [UInt8]? {
+        if text.count == 96, let inner = Base64.decode(utf8: text), inner.count == encodedLength {
+            return decode(inner[...])
         }
-        guard text.utf8.count == encodedLength, let bytes = Base64.decode(text),
+        guard text.count == encodedLength, let bytes = Base64.decode(utf8: text),
               bytes.count == headerBytes + macBytes, bytes[0] == version else { return nil }
         return ChallengeKind(rawValue: bytes[1] & ~boundFlag) == nil ? nil : bytes
     }
 }
 
 /// The HMAC keys challenges are made with. Never printed: `description` and the mirror are redacted.
-struct ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
+/// A class: every assert request copies the codec out of `ChallengeAuthority`, and as a struct its hash
+/// states (~240 bytes and an array) were copied and destroyed each time.
+final class ChallengeSecrets: Sendable, CustomStringConvertible, CustomReflectable {
     static let minimumBytes = 32
 
     let signing: HMACSHA256
@@ -122,7 +137,7 @@ final class ChallengeAuthority: Sendable {
     }
 
     /// The codec, asking Redis for the shared secret the first time (a failure is retried on the next call).
-    func codec() async throws(GatewayError) -> ChallengeCodec {
+    nonisolated(nonsending) func codec() async throws(GatewayError) -> ChallengeCodec {
         if let codec = loaded.withLock({ $0 }) { return codec }
         do {
             return install(try await store.sharedChallengeSecret(candidate: Self.candidate()))

@@ -15,15 +15,17 @@ struct ProvenKey {
     let method: String
     /// A Play Integrity token's device labels (only the known ones, as minted).
     var deviceIntegrity: [String]? = nil
+    /// The key id as the request spelled it, when that is the one spelling `keyIdBase64` answers.
+    var spelling: String? = nil
 
-    var keyIdBase64: String { Base64.encode(keyId) }
+    var keyIdBase64: String { spelling ?? Base64.encode(keyId) }
 }
 
 extension AssertRoute {
     /// The route's `accept:` decides: a request with `X-App-Attest-Token` on a route that takes tokens is
     /// checked as a token, anything else as an assertion (on routes that take those).
-    func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
-        let carriesToken = request.headers.contains { $0.hasName(GatewayTokens.header) }
+    nonisolated(nonsending) func prove(_ request: HTTPRequest, body: BodySource, path: String, route: RouteConfig, record: RequestRecord) async throws(GatewayError) -> ProvenKey {
+        let carriesToken = request.headers.contains { $0.known == .xAppAttestToken }
         if route.accept.contains(.token), carriesToken || !route.accept.contains(.assertion) {
             record.attestMethod = "token"
             guard let tokens = runtime.tokens else { throw .tokenInvalid("this gateway has no app_attest.token section") }
@@ -37,7 +39,7 @@ extension AssertRoute {
                               apps: runtime.config.appAttest.apps, environments: runtime.config.appAttest.environments,
                               challenges: runtime.challenges)
         let passed = try await gate.check(request, body: body, decodedPath: path, route: route, record: record)
-        return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion")
+        return ProvenKey(keyId: passed.keyId, riskMetric: passed.riskMetric, method: "assertion", spelling: passed.keyIdBase64)
     }
 
     static func carriesAssertionHeaders(_ request: HTTPRequest) -> Bool {
