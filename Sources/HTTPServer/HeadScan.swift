@@ -5,7 +5,7 @@ import Upstream
 /// lenient upstream could read differently from the gateway is refused with 400 and never forwarded.
 enum HeadScan {
     enum Outcome: Equatable {
-        /// No blank line yet; bytes up to `scanned` hold no violation.
+        /// No blank line yet; bytes up to `scanned` hold no bare LF (the lines are judged once the head is whole).
         case incomplete(scanned: Int)
         /// The head ends just before `end` (after its CRLF CRLF); `start` skips leading empty lines.
         case complete(start: Int, end: Int)
@@ -13,7 +13,7 @@ enum HeadScan {
     }
 
     /// Where a complete head's parts lie, as offsets into the head (from its request line): the request is read
-    /// from here, found by the one pass that checks it (the parser's callbacks had copied each name's and
+    /// from here, found by the walk that checks it (the parser's callbacks had copied each name's and
     /// value's bytes into buffers before a String was made of them).
     struct Parts {
         var target: Range<Int> = 0..<0

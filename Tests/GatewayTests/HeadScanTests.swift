@@ -1,7 +1,7 @@
 @testable import HTTPServer
 import XCTest
 
-/// The raw head check on its own, case by case, down to the message: it reads the head byte by byte.
+/// The raw head check on its own, case by case, down to the message (HeadBytesTests put every byte in every place).
 final class HeadScanTests: XCTestCase {
     private func scan(_ text: String) -> HeadScan.Outcome {
         scan(Array(text.utf8))
