@@ -5,7 +5,7 @@ import Upstream
 /// lenient upstream could read differently from the gateway is refused with 400 and never forwarded.
 enum HeadScan {
     enum Outcome: Equatable {
-        /// No blank line yet; bytes up to `scanned` hold no violation.
+        /// No blank line yet; bytes up to `scanned` hold no bare LF (the lines are judged once the head is whole).
         case incomplete(scanned: Int)
         /// The head ends just before `end` (after its CRLF CRLF); `start` skips leading empty lines.
         case complete(start: Int, end: Int)
@@ -13,7 +13,7 @@ enum HeadScan {
     }
 
     /// Where a complete head's parts lie, as offsets into the head (from its request line): the request is read
-    /// from here, found by the one pass that checks it (the parser's callbacks had copied each name's and
+    /// from here, found by the walk that checks it (the parser's callbacks had copied each name's and
     /// value's bytes into buffers before a String was made of them).
     struct Parts {
         var target: Range<Int> = 0..<0
@@ -32,54 +32,60 @@ enum HeadScan {
         var start = 0
         // RFC 9112 §2.2: a server should ignore at least one empty line before the request line.
         while start + 1 < bytes.count, bytes[start] == 0x0D, bytes[start + 1] == 0x0A { start += 2 }
-        var index = max(from, start)
-        while let lineFeed = HeadBytes.find(0x0A, in: bytes, index..<bytes.count) {
-            guard lineFeed > 0, bytes[lineFeed - 1] == 0x0D else { return .invalid(bad("bare_lf", "a line ends in LF without CR")) }
-            if lineFeed >= start + 3, bytes[lineFeed - 2] == 0x0A, bytes[lineFeed - 3] == 0x0D {
-                let end = lineFeed + 1
-                if let violation = validate(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), parts: &parts) {
-                    return .invalid(violation)
-                }
-                return .complete(start: start, end: end)
-            }
-            index = lineFeed + 1
-        }
+        let head = UnsafeRawBufferPointer(rebasing: bytes[start...])
+        // A head scanned from its start (one read holds nearly all) has its lines checked as their line feeds are
+        // found; a scan resumed within the head looks for the end first, then walks the head again, checking.
+        var walked = walk(head, from: max(from - start, 0), checking: from <= start, parts: &parts)
+        if from > start, case .end = walked { walked = walk(head, from: 0, checking: true, parts: &parts) }
+        switch walked {
+        case .end(let end): return .complete(start: start, end: start + end)
+        case .invalid(let violation): return .invalid(violation)
         // A CR that may be followed by its LF in the next read stays unscanned.
-        return .incomplete(scanned: max(start, bytes.count - 1))
+        case .incomplete: return .incomplete(scanned: max(start, bytes.count - 1))
+        }
     }
 
-    /// The request line and every field line of a complete head (ending in CRLF CRLF), line by line (no list
-    /// of lines: the head is checked per request). Every LF follows a CR (`findEnd` saw to it); a line is what
-    /// lies between them, and the only empty one is the head's last (an earlier one would have ended it).
-    private static func validate(_ head: UnsafeRawBufferPointer, parts: inout Parts) -> RequestFraming.Violation? {
-        var lineFeed = nextLineFeed(head, from: 0)
-        let requestLine = 0..<(lineFeed - 1)
-        switch checkRequestLine(head, requestLine) {
-        case .success(let target): parts.target = target
-        case .failure(let violation): return violation
-        }
-        parts.fields.removeAll(keepingCapacity: true)
-        var hosts = 0
-        var start = lineFeed + 1
-        while start < head.count - 2 {
-            lineFeed = nextLineFeed(head, from: start)
-            switch checkField(head, start..<(lineFeed - 1), hosts: &hosts) {
-            case .success(let field): parts.fields.append((start..<field.colon, field.value))
-            case .failure(let violation): return violation
+    private enum Walk {
+        case incomplete
+        /// The head ends before `end`, after its empty line.
+        case end(Int)
+        case invalid(RequestFraming.Violation)
+    }
+
+    /// The head's lines from `from` to the first empty one, each ending in CRLF (no list of lines: the head is
+    /// checked per request). When `checking` (from the head's start), the request line and each field line are
+    /// checked as they are found, the first problem told only once the head is whole: a later bare LF, or an
+    /// unfinished head, is told instead.
+    private static func walk(_ head: UnsafeRawBufferPointer, from: Int, checking: Bool, parts: inout Parts) -> Walk {
+        var (lineStart, checking, problem) = (from, checking, RequestFraming.Violation?.none)
+        var (hosts, http11) = (0, false)
+        if checking { parts.fields.removeAll(keepingCapacity: true) }
+        while let lineFeed = HeadBytes.find(0x0A, in: head, lineStart..<head.count) {
+            guard lineFeed > 0, head[lineFeed - 1] == 0x0D else { return .invalid(bad("bare_lf", "a line ends in LF without CR")) }
+            if lineFeed >= 3, head[lineFeed - 2] == 0x0A, head[lineFeed - 3] == 0x0D {  // an empty line
+                if let problem { return .invalid(problem) }
+                if hosts > 1 { return .invalid(bad("duplicate_host", "more than one Host header")) }
+                if hosts == 0, http11 { return .invalid(bad("missing_host", "an HTTP/1.1 request must carry a Host header")) }
+                return .end(lineFeed + 1)
             }
-            start = lineFeed + 1
+            if checking {
+                let line = lineStart..<(lineFeed - 1)
+                if lineStart == 0 {
+                    switch checkRequestLine(head, line) {
+                    // The version is HTTP/1.0 or HTTP/1.1: its last digit tells which.
+                    case .success(let target): (parts.target, http11) = (target, head[line.upperBound - 1] == UInt8(ascii: "1"))
+                    case .failure(let violation): (problem, checking) = (violation, false)
+                    }
+                } else {
+                    switch checkField(head, line, hosts: &hosts) {
+                    case .success(let field): parts.fields.append((lineStart..<field.colon, field.value))
+                    case .failure(let violation): (problem, checking) = (violation, false)
+                    }
+                }
+            }
+            lineStart = lineFeed + 1
         }
-        if hosts > 1 { return bad("duplicate_host", "more than one Host header") }
-        // The version is HTTP/1.0 or HTTP/1.1 (checkRequestLine saw to it): its last digit tells which.
-        if hosts == 0, head[requestLine.upperBound - 1] == UInt8(ascii: "1") {
-            return bad("missing_host", "an HTTP/1.1 request must carry a Host header")
-        }
-        return nil
-    }
-
-    /// The LF ending the line at `from` (the head ends in one).
-    private static func nextLineFeed(_ head: UnsafeRawBufferPointer, from: Int) -> Int {
-        HeadBytes.find(0x0A, in: head, from..<head.count) ?? head.count - 1
+        return .incomplete
     }
 
     /// The field line `line` (without its CRLF): a token name, a colon, a value of visible bytes, spaces, tabs and

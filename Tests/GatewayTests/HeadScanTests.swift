@@ -1,7 +1,7 @@
 @testable import HTTPServer
 import XCTest
 
-/// The raw head check on its own, case by case, down to the message: it reads the head byte by byte.
+/// The raw head check on its own, case by case, down to the message (HeadBytesTests put every byte in every place).
 final class HeadScanTests: XCTestCase {
     private func scan(_ text: String) -> HeadScan.Outcome {
         scan(Array(text.utf8))
@@ -38,6 +38,35 @@ final class HeadScanTests: XCTestCase {
         _ = next.withUnsafeBytes { HeadScan.findEnd($0, from: 0, parts: &parts) }
         XCTAssertEqual(parts.target, 4..<5)
         XCTAssertTrue(parts.fields.isEmpty)
+    }
+
+    /// A head arriving in pieces (the scan resumed where the last one stopped, as a connection does) is judged as
+    /// when read at once, whatever the split: its lines are checked from its start once its end is found.
+    func testAHeadReadInPiecesIsJudgedAsWhole() {
+        let heads = [
+            "\r\nGET /a?b=1 HTTP/1.1\r\nHost:  t \r\nX-Empty:\r\nX-Tab:\ta\tb \r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: t\r\nX-A: a\u{7F}\r\n\r\n", "GET /x HTTP/1.1\r\nX(A): b\r\nHost: t\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost: a b\r\n\r\n", "GET /x HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", "GET /x HTTP/1.1\r\n\r\n",
+            "GET /x HTTP/1.2\r\nHost: t\r\n\r\n", "GET /x\u{1} HTTP/1.1\r\nHost: t\r\n\r\n", " GET /x HTTP/1.1\r\n\r\n",
+            "GET /x HTTP/1.1\r\nHost : t\r\nA\nB\r\n\r\n",
+        ]
+        for text in heads {
+            let bytes = Array(text.utf8)
+            var whole = HeadScan.Parts()
+            let expected = bytes.withUnsafeBytes { HeadScan.findEnd($0, from: 0, parts: &whole) }
+            for split in 1..<bytes.count {
+                var parts = HeadScan.Parts()
+                var outcome = bytes[..<split].withUnsafeBytes { HeadScan.findEnd($0, from: 0, parts: &parts) }
+                if case .incomplete(let scanned) = outcome {
+                    outcome = bytes.withUnsafeBytes { HeadScan.findEnd($0, from: scanned, parts: &parts) }
+                }
+                XCTAssertEqual(outcome, expected, "\(text.debugDescription) split at \(split)")
+                if case .complete = expected {
+                    XCTAssertEqual(parts.target, whole.target, "\(text.debugDescription) split at \(split)")
+                    XCTAssertEqual(parts.fields.map { [$0.name, $0.value] }, whole.fields.map { [$0.name, $0.value] })
+                }
+            }
+        }
     }
 
     func testWellFormedHeadsAreAccepted() {
