@@ -127,11 +127,10 @@ enum JSONLine {
             | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))) & highs != 0
     }
 
-    /// `value`'s decimal digits at `out`, zero-padded to `width`; returns how many.
-    @inline(__always) static func digits(_ value: UInt, width: Int = 1, at out: UnsafeMutablePointer<UInt8>) -> Int {
+    /// `value`'s decimal digits at `out`; returns how many.
+    @inline(__always) static func digits(_ value: UInt, at out: UnsafeMutablePointer<UInt8>) -> Int {
         var count = 1, rest = value / 10
         while rest > 0 { count += 1; rest /= 10 }
-        count = max(count, width)
         var left = value
         for place in stride(from: count - 1, through: 0, by: -1) {
             out[place] = UInt8(ascii: "0") + UInt8(left % 10)
@@ -213,8 +212,10 @@ extension OutputSpan: JSONLineWriter where Element == UInt8 {
         let written: Void? = value.utf8.withContiguousStorageIfAvailable { bytes in
             field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) }
         }
-        if written == nil {
-            Array(value.utf8).withUnsafeBufferPointer { bytes in field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) } }
+        if written == nil {  // a bridged or shared string: its bytes copied out first
+            Array(value.utf8).withUnsafeBufferPointer { bytes in
+                field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) }
+            }
         }
     }
 
