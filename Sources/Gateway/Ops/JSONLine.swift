@@ -234,7 +234,7 @@ extension OutputSpan: JSONLineWriter where Element == UInt8 {
         field(key, room: JSONLine.intRoom) { JSONLine.decimal(value, at: $0) }
     }
 
-    mutating func number(_ key: StaticString, _ value: Double) {
+    @inline(__always) mutating func number(_ key: StaticString, _ value: Double) {
         field(key, room: JSONLine.numberRoom) { JSONLine.number(value, at: $0) }
     }
 
