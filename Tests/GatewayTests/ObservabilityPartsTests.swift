@@ -146,7 +146,8 @@ final class ObservabilityPartsTests: XCTestCase {
         XCTAssertNil(captured([HTTPField("traceparent", "00-bad")]).traceparent)
         XCTAssertNil(captured([HTTPField("traceparents", trace), HTTPField("User-Agent2", "x")]).traceparent)
         XCTAssertNil(captured([HTTPField("User-Agent2", "x")]).userAgent)
-        XCTAssertEqual(captured([HTTPField("User-Agent", String(repeating: "u", count: 300))]).userAgent?.utf8.count, RequestRecord.maxUserAgentBytes)
+        XCTAssertEqual(captured([HTTPField("User-Agent", String(repeating: "u", count: 300))]).userAgent?.utf8.count,
+                       RequestRecord.maxUserAgentBytes)
     }
 
     func testUserAgentIsCutAtACharacterBoundary() {
@@ -217,7 +218,8 @@ final class ObservabilityPartsTests: XCTestCase {
                      #"gateway_upstream_duration_seconds_bucket{route="/v1/",le="+Inf"} 1"#,
                      #"gateway_upstream_duration_seconds_sum{route="/v1/"} 10000000000000.0"#,
                      #"gateway_verify_duration_seconds_bucket{le="0.0005"} 1"#,
-                     #"gateway_store_duration_seconds_bucket{le="0.01"} 0"#, #"gateway_store_duration_seconds_bucket{le="0.025"} 1"#, #"gateway_store_duration_seconds_sum 0.012"#] {
+                     #"gateway_store_duration_seconds_bucket{le="0.01"} 0"#, #"gateway_store_duration_seconds_bucket{le="0.025"} 1"#,
+                     #"gateway_store_duration_seconds_sum 0.012"#] {
             XCTAssertTrue(exposition.contains(line + "\n"), "\(line)\n\(exposition)")
         }
     }

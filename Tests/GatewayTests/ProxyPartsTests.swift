@@ -387,6 +387,21 @@ final class ProxyPartsTests: XCTestCase {
                        + "\"route\":\"/v1/\"}\n")
     }
 
+    /// A request line's level and event are one pre-rendered piece per level: each says its level's name.
+    func testRequestLinesSayTheirLevelAtEveryLevel() throws {
+        for level in LogConfig.Level.allCases {
+            XCTAssertEqual(level.requestEvent.description, #""level":""# + level.rawValue + #"","event":"request""#)
+            var descriptors: [Int32] = [0, 0]
+            XCTAssertEqual(pipe(&descriptors), 0)
+            defer { close(descriptors[0]) }
+            EventLog(descriptor: descriptors[1]).request(level: level, TestFields([("status", .int(200))]))
+            close(descriptors[1])
+            let text = String(decoding: FileHandle(fileDescriptor: descriptors[0]).readDataToEndOfFile(), as: UTF8.self)
+            XCTAssertNotNil(text.wholeMatch(of: /\{"time":"[0-9T:.Z-]{24}","level":"(\w+)","event":"request","status":200\}\n/), text)
+            XCTAssertTrue(text.contains(#""level":"\#(level.rawValue)","#), text)
+        }
+    }
+
     func testHeaderNamesCompareIgnoringASCIICaseOnly() {
         XCTAssertTrue(HTTPField("x-app-attest-KEY-id", "").hasName("X-App-Attest-Key-Id"))
         XCTAssertFalse(HTTPField("X-App-Attest-Key-I", "").hasName("X-App-Attest-Key-Id"))

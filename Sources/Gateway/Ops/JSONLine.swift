@@ -13,6 +13,9 @@ protocol JSONLineWriter: ~Copyable, ~Escapable {
     mutating func number(_ key: StaticString, _ value: Double)
     /// A time, RFC 3339 UTC with milliseconds, as a string value.
     mutating func time(_ key: StaticString, _ time: LogTime)
+    /// Constant fields already in JSON (`"a":"b","c":1`), copied as they are: one copy for what would be
+    /// several fields.
+    mutating func fields(_ json: StaticString)
 }
 
 /// One JSON object per line, the request log's encoder. Foundation's JSONSerialization (boxing, dynamic
@@ -41,6 +44,7 @@ enum JSONLine {
         @inline(__always) mutating func int(_ key: StaticString, _ value: Int) { longest += keyRoom(key) + intRoom }
         @inline(__always) mutating func number(_ key: StaticString, _ value: Double) { longest += keyRoom(key) + numberRoom }
         @inline(__always) mutating func time(_ key: StaticString, _ time: LogTime) { longest += keyRoom(key) + timeRoom }
+        @inline(__always) mutating func fields(_ json: StaticString) { longest += json.utf8CodeUnitCount + 1 }
     }
 
     /// Room for `,"key":`.
@@ -127,11 +131,10 @@ enum JSONLine {
             | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))) & highs != 0
     }
 
-    /// `value`'s decimal digits at `out`, zero-padded to `width`; returns how many.
-    @inline(__always) static func digits(_ value: UInt, width: Int = 1, at out: UnsafeMutablePointer<UInt8>) -> Int {
+    /// `value`'s decimal digits at `out`; returns how many.
+    @inline(__always) static func digits(_ value: UInt, at out: UnsafeMutablePointer<UInt8>) -> Int {
         var count = 1, rest = value / 10
         while rest > 0 { count += 1; rest /= 10 }
-        count = max(count, width)
         var left = value
         for place in stride(from: count - 1, through: 0, by: -1) {
             out[place] = UInt8(ascii: "0") + UInt8(left % 10)
@@ -188,21 +191,28 @@ extension OutputSpan<UInt8> {
     /// (returning how many bytes it wrote, at most `room`), after one check that all of it fits: traps, as
     /// `append` does, if not.
     @inline(__always) mutating func field(_ key: StaticString, room: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+        pieces(room: JSONLine.keyRoom(key) + room) { end in
+            end[0] = UInt8(ascii: "\"")
+            (end + 1).initialize(from: key.utf8Start, count: key.utf8CodeUnitCount)
+            end += key.utf8CodeUnitCount + 1
+            end[0] = UInt8(ascii: "\"")
+            end[1] = UInt8(ascii: ":")
+            end += 2
+            end += body(end)
+        }
+    }
+
+    /// Appends a comma (not first in the object) and what `body` writes from the address it moves on, after one
+    /// check that `room` bytes fit: traps, as `append` does, if not.
+    @inline(__always) private mutating func pieces(room: Int, _ body: (inout UnsafeMutablePointer<UInt8>) -> Void) {
         withUnsafeMutableBufferPointer { buffer, initialized in
-            let keyCount = key.utf8CodeUnitCount
-            precondition(buffer.count - initialized >= JSONLine.keyRoom(key) + room, "JSONLine: a field past its measured room")
+            precondition(buffer.count - initialized >= room, "JSONLine: a field past its measured room")
             var end = buffer.baseAddress! + initialized
             if initialized > 0, end[-1] != UInt8(ascii: "{") {
                 end[0] = UInt8(ascii: ",")
                 end += 1
             }
-            end[0] = UInt8(ascii: "\"")
-            (end + 1).initialize(from: key.utf8Start, count: keyCount)
-            end += keyCount + 1
-            end[0] = UInt8(ascii: "\"")
-            end[1] = UInt8(ascii: ":")
-            end += 2
-            end += body(end)
+            body(&end)
             initialized = end - buffer.baseAddress!
         }
     }
@@ -213,8 +223,10 @@ extension OutputSpan: JSONLineWriter where Element == UInt8 {
         let written: Void? = value.utf8.withContiguousStorageIfAvailable { bytes in
             field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) }
         }
-        if written == nil {
-            Array(value.utf8).withUnsafeBufferPointer { bytes in field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) } }
+        if written == nil {  // a bridged or shared string: its bytes copied out first
+            Array(value.utf8).withUnsafeBufferPointer { bytes in
+                field(key, room: JSONLine.quotedRoom(bytes.count)) { JSONLine.quoted(bytes, at: $0) }
+            }
         }
     }
 
@@ -222,8 +234,15 @@ extension OutputSpan: JSONLineWriter where Element == UInt8 {
         field(key, room: JSONLine.intRoom) { JSONLine.decimal(value, at: $0) }
     }
 
-    mutating func number(_ key: StaticString, _ value: Double) {
+    @inline(__always) mutating func number(_ key: StaticString, _ value: Double) {
         field(key, room: JSONLine.numberRoom) { JSONLine.number(value, at: $0) }
+    }
+
+    @inline(__always) mutating func fields(_ json: StaticString) {
+        pieces(room: json.utf8CodeUnitCount + 1) { end in
+            end.initialize(from: json.utf8Start, count: json.utf8CodeUnitCount)
+            end += json.utf8CodeUnitCount
+        }
     }
 
     @inline(__always) mutating func time(_ key: StaticString, _ time: LogTime) {

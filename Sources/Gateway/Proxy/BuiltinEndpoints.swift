@@ -65,7 +65,7 @@ struct BuiltinEndpoints {
     /// `hasPrefix`, a count of characters and a substring's UTF-8 view cost it ~1,100 instructions. The prefix
     /// is ASCII (GatewayConfig checks it) and the names too, so bytes match exactly when characters do.
     static func named(_ path: String, after prefix: String) -> Endpoint? {
-        path.utf8.withContiguousStorageIfAvailable { named($0, after: prefix) } 
+        path.utf8.withContiguousStorageIfAvailable { named($0, after: prefix) }
             ?? Array(path.utf8).withUnsafeBufferPointer { named($0, after: prefix) }
     }
 
