@@ -59,23 +59,25 @@ enum ForwardingRules {
         let named = connectionNamed(headers)
         var kept: [HTTPField] = []
         kept.reserveCapacity(headers.count + room)
-        for index in headers.indices where !isDroppedFromRequest(headers[index], named: named, forwardUnderscores: forwardUnderscores) {
+        for index in headers.indices where !isDroppedFromRequest(headers, at: index, named: named, forwardUnderscores: forwardUnderscores) {
             kept.append(headers[index])
         }
         return kept
     }
 
-    private static func isDroppedFromRequest(_ header: HTTPField, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
+    /// Judged where the field lies: a copy of it, made to be passed, retained and released its two strings.
+    private static func isDroppedFromRequest(_ headers: [HTTPField], at index: Int, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
         // A known name has no "_" and folds to its spelling.
-        if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-        if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
-        return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
+        let known = headers[index].known
+        if known != .other { return requestDroppedKnown[Int(known.rawValue)] || isNamed(known, in: named) }
+        if !forwardUnderscores && !headers[index].name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
+        return FoldedName.judge(headers[index].name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
     }
 
     /// The upstream's response headers as the client should see them (framing is redone by the server).
     static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
-        return headers.filter { !isDroppedFromResponse($0, named: named) }
+        return headers.indices.filter { !isDroppedFromResponse(headers, at: $0, named: named) }.map { headers[$0] }
     }
 
     /// The upstream's response head as the client gets it, in one pass over the upstream's fields (a copy
@@ -89,7 +91,7 @@ enum ForwardingRules {
         var length: String?
         for index in headers.indices {
             if length == nil, headers[index].known == .contentLength { length = headers[index].value }
-            guard headers[index].known != .xRequestId, !isDroppedFromResponse(headers[index], named: named) else { continue }
+            guard headers[index].known != .xRequestId, !isDroppedFromResponse(headers, at: index, named: named) else { continue }
             kept.append(headers[index])
         }
         kept.append(HTTPField(.xRequestId, requestId))
@@ -111,10 +113,11 @@ enum ForwardingRules {
         return (digits ?? nil) ?? Int(value.trimmingSpaces)
     }
 
-    /// A known name by its code, only other names by their bytes.
-    private static func isDroppedFromResponse(_ header: HTTPField, named: Set<[UInt8]>) -> Bool {
-        if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-        return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
+    /// A known name by its code, only other names by their bytes; judged where the field lies (as requests').
+    private static func isDroppedFromResponse(_ headers: [HTTPField], at index: Int, named: Set<[UInt8]>) -> Bool {
+        let known = headers[index].known
+        if known != .other { return responseDroppedKnown[Int(known.rawValue)] || isNamed(known, in: named) }
+        return FoldedName.judge(headers[index].name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
     }
 
     /// RFC 7239's `for=…;proto=…` for the upstream's `Forwarded`, an IPv6 node quoted in brackets: written into
