@@ -154,18 +154,22 @@ enum ForwardingRules {
     /// steps cost more than the scan: together most of what judging a response's headers cost).
     private static func forEachItem(in headers: [HTTPField], named known: KnownHeader?, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
         for index in headers.indices where known == nil || headers[index].known == known {
-            var value = headers[index].value
-            value.withUTF8 { list in
-                var start = 0
-                while start < list.count {
-                    var end = start
-                    while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
-                    var (first, last) = (start, end)
-                    while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
-                    while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
-                    if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
-                    start = end + 1
-                }
+            forEachItem(in: headers[index].value, body)
+        }
+    }
+
+    private static func forEachItem(in value: String, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        var value = value
+        value.withUTF8 { list in
+            var start = 0
+            while start < list.count {
+                var end = start
+                while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
+                var (first, last) = (start, end)
+                while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
+                while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
+                if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
+                start = end + 1
             }
         }
     }
@@ -176,13 +180,18 @@ enum ForwardingRules {
     /// bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
-        forEachItem(in: headers, named: .connection) { item in
-            if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
-            // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
-            let lowered = item.allSatisfy({ $0 < 0x80 })
-                ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
-                : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
-            if lowered != keepAlive { named.insert(lowered) }
+        for index in headers.indices where headers[index].known == .connection {
+            // The usual value, whole: nothing to split or add.
+            if headers[index].value.utf8.count == keepAlive.count,
+               headers[index].value.utf8.withContiguousStorageIfAvailable(isKeepAlive) == true { continue }
+            forEachItem(in: headers[index].value) { item in
+                if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
+                // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
+                let lowered = item.allSatisfy({ $0 < 0x80 })
+                    ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
+                    : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
+                if lowered != keepAlive { named.insert(lowered) }
+            }
         }
         return named
     }
