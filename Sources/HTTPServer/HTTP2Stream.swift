@@ -343,7 +343,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
 
     func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool {
         guard exchange != nil, !responseStarted, !clientGone else { return false }
-        let safeHeaders = headers.allSatisfy(\.isSafeToSend)
+        let safeHeaders = headers.areSafeToSend
         guard safeHeaders, (200...599).contains(status) else {
             let reason = safeHeaders ? "invalid_response_status" : "invalid_response_header"
             let error = HTTPResponse.error(status: 500, reason: reason, message: "the gateway produced an invalid response")

@@ -518,7 +518,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     /// response): a JSON 500 goes out in its place, and whatever body follows is dropped.
     func startResponse(status: Int, headers: [HTTPField], contentLength: Int?) -> Bool {
         guard case .handling = phase, !responseStarted else { return false }
-        let safeHeaders = headers.allSatisfy(\.isSafeToSend)
+        let safeHeaders = headers.areSafeToSend
         guard safeHeaders, (200...599).contains(status) else {
             let reason = safeHeaders ? "invalid_response_status" : "invalid_response_header"
             let error = HTTPResponse.error(status: 500, reason: reason, message: "the gateway produced an invalid response")

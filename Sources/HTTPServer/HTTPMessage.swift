@@ -4,16 +4,20 @@ import Upstream
 
 /// Header lines in both directions are Upstream's `HTTPField` (name as spelled on the wire, value),
 /// so the proxy passes them between the server and curl without conversion.
-extension HTTPField {
-    /// A token name and a value without CR, LF or NUL: anything else could split the response (header injection).
-    public var isSafeToSend: Bool {
-        // A known name is one of the gateway's spellings, letters in any case: a token.
-        let nameIsToken = known != .other || (!name.isEmpty && name.allBytes(HTTPField.isTokenByte))
-        return nameIsToken && HTTPField.isSendableValue(value)
-    }
-}
-
 extension Array where Element == HTTPField {
+    /// Whether every field has a token name and a value without CR, LF or NUL: anything else could split the
+    /// response (header injection). Each is judged where it lies (`allSatisfy` copied every field out, retaining
+    /// and releasing its two strings).
+    public var areSafeToSend: Bool {
+        for index in indices {
+            // A known name is one of the gateway's spellings, letters in any case: a token.
+            guard self[index].known != .other || (!self[index].name.isEmpty && self[index].name.allBytes(HTTPField.isTokenByte)),
+                  HTTPField.isSendableValue(self[index].value)
+            else { return false }
+        }
+        return true
+    }
+
     /// The first value of header `name`, if any.
     public func first(named name: String) -> String? {
         let known = KnownHeader(name)

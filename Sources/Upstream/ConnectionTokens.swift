@@ -6,6 +6,11 @@ public enum ConnectionTokens {
 
     /// Whether the `Connection` headers hold more than `limit` non-empty list items.
     public static func exceedLimit(_ headers: [HTTPField]) -> Bool {
+        // n items take at least 2n - 1 bytes (a byte each, a comma between): values this short cannot list more
+        // than the limit, and are not scanned (the usual "keep-alive" never is).
+        var most = 0
+        for index in headers.indices where headers[index].known == .connection { most += (headers[index].value.utf8.count + 1) / 2 }
+        guard most > limit else { return false }
         var count = 0
         for index in headers.indices where headers[index].known == .connection {
             var inItem = false

@@ -18,8 +18,52 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
     case userAgent, accept, acceptEncoding, acceptLanguage, contentType, authorization, cookie, date, server, traceparent
     case xAttestError
 
-    /// The canonical spelling, as the gateway writes the headers it sets.
-    public var spelling: String { Self.spellings[Int(rawValue)] }
+    /// The canonical spelling, as the gateway writes the headers it sets. A switch of literals: an array's
+    /// element was a lazy global to check and a string to retain per field made.
+    public var spelling: String {
+        switch self {
+        case .other: ""
+        case .host: "Host"
+        case .connection: "Connection"
+        case .keepAlive: "Keep-Alive"
+        case .contentLength: "Content-Length"
+        case .transferEncoding: "Transfer-Encoding"
+        case .te: "TE"
+        case .trailer: "Trailer"
+        case .upgrade: "Upgrade"
+        case .expect: "Expect"
+        case .proxyConnection: "Proxy-Connection"
+        case .proxyAuthorization: "Proxy-Authorization"
+        case .proxyAuthenticate: "Proxy-Authenticate"
+        case .xRequestId: "X-Request-Id"
+        case .xForwardedFor: "X-Forwarded-For"
+        case .xForwardedProto: "X-Forwarded-Proto"
+        case .forwarded: "Forwarded"
+        case .xAttestStatus: "X-Attest-Status"
+        case .xAttestKeyId: "X-Attest-Key-Id"
+        case .xAttestRiskMetric: "X-Attest-Risk-Metric"
+        case .xAttestMethod: "X-Attest-Method"
+        case .xAttestDebugName: "X-Attest-Debug-Name"
+        case .xAttestDeviceIntegrity: "X-Attest-Device-Integrity"
+        case .xAppAttestKeyId: "X-App-Attest-Key-Id"
+        case .xAppAttestAssertion: "X-App-Attest-Assertion"
+        case .xAppAttestClientData: "X-App-Attest-Client-Data"
+        case .xAppAssertion: "X-App-Assertion"
+        case .xAppAttestToken: "X-App-Attest-Token"
+        case .xAppAttestDebugToken: "X-App-Attest-Debug-Token"
+        case .userAgent: "User-Agent"
+        case .accept: "Accept"
+        case .acceptEncoding: "Accept-Encoding"
+        case .acceptLanguage: "Accept-Language"
+        case .contentType: "Content-Type"
+        case .authorization: "Authorization"
+        case .cookie: "Cookie"
+        case .date: "Date"
+        case .server: "Server"
+        case .traceparent: "traceparent"
+        case .xAttestError: "X-Attest-Error"
+        }
+    }
 
     /// The code of `name`; `.other` for a name not listed.
     public init(_ name: String) {
@@ -78,18 +122,6 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
         return true
     }
 
-    private static let spellings: [String] = [
-        "", "Host", "Connection", "Keep-Alive", "Content-Length", "Transfer-Encoding", "TE", "Trailer", "Upgrade", "Expect",
-        "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate",
-        "X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "Forwarded",
-        "X-Attest-Status", "X-Attest-Key-Id", "X-Attest-Risk-Metric", "X-Attest-Method", "X-Attest-Debug-Name",
-        "X-Attest-Device-Integrity",
-        "X-App-Attest-Key-Id", "X-App-Attest-Assertion", "X-App-Attest-Client-Data", "X-App-Assertion", "X-App-Attest-Token",
-        "X-App-Attest-Debug-Token",
-        "User-Agent", "Accept", "Accept-Encoding", "Accept-Language", "Content-Type", "Authorization", "Cookie", "Date", "Server",
-        "traceparent", "X-Attest-Error",
-    ]
-
     private static let maxLength = 32
     private static let wordsPerName = maxLength / 8
 
@@ -123,7 +155,7 @@ public enum KnownHeader: UInt8, Sendable, CaseIterable {
                 spelled.replaceSubrange(first..<(first + wordsPerName), with: Self.packed(spelling))
             }
             (self.slots, self.words, self.masks, self.spelled) = (slots, words, masks, spelled)
-            lengths = spellings.map(\.utf8.count)
+            lengths = KnownHeader.allCases.map(\.spelling.utf8.count)
         }
 
         private static func packed(_ bytes: [UInt8]) -> [UInt64] {

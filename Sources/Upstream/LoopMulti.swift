@@ -275,7 +275,7 @@ extension UpstreamClient {
         }
         // Only chunked is decoded, and Transfer-Encoding is hop-by-hop: relayed re-framed, a body under another
         // coding (gzip) would reach the client as if it were the content. Refused, as nginx does.
-        let codings = stream.headers.values(named: "Transfer-Encoding").flatMap { $0.split(separator: ",") }
+        let codings = stream.headers.values(named: .transferEncoding).flatMap { $0.split(separator: ",") }
             .map(\.trimmingBlanks).filter { !$0.isEmpty }
         if let coding = codings.first(where: { $0.lowercased() != "chunked" }) {
             stream.cancel()

@@ -17,12 +17,12 @@ final class HTTPStrictnessTests: XCTestCase {
         // the forbidden ones (0x8D, 0x0B, 0x01, 0x80) that a lane test could mistake for them.
         for length in 0...25 {
             let clean = (0..<length).map { UInt8([0x61, 0x8D, 0x0B, 0x01, 0x80, 0x20, 0x09, 0xC3][$0 % 8]) }
-            XCTAssertTrue(HTTPField("X-Value", String(decoding: clean, as: UTF8.self)).isSafeToSend, "length \(length)")
+            XCTAssertTrue([HTTPField("X-Value", String(decoding: clean, as: UTF8.self))].areSafeToSend, "length \(length)")
             for offset in 0..<length {
                 for forbidden: UInt8 in [0x0D, 0x0A, 0x00] {
                     var bytes = Array(repeating: UInt8(ascii: "v"), count: length)
                     bytes[offset] = forbidden
-                    XCTAssertFalse(HTTPField("X-Value", String(decoding: bytes, as: UTF8.self)).isSafeToSend, "\(forbidden) at \(offset) of \(length)")
+                    XCTAssertFalse([HTTPField("X-Value", String(decoding: bytes, as: UTF8.self))].areSafeToSend, "\(forbidden) at \(offset) of \(length)")
                 }
             }
         }

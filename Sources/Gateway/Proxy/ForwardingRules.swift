@@ -59,23 +59,25 @@ enum ForwardingRules {
         let named = connectionNamed(headers)
         var kept: [HTTPField] = []
         kept.reserveCapacity(headers.count + room)
-        for index in headers.indices where !isDroppedFromRequest(headers[index], named: named, forwardUnderscores: forwardUnderscores) {
+        for index in headers.indices where !isDroppedFromRequest(headers, at: index, named: named, forwardUnderscores: forwardUnderscores) {
             kept.append(headers[index])
         }
         return kept
     }
 
-    private static func isDroppedFromRequest(_ header: HTTPField, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
+    /// Judged where the field lies: a copy of it, made to be passed, retained and released its two strings.
+    private static func isDroppedFromRequest(_ headers: [HTTPField], at index: Int, named: Set<[UInt8]>, forwardUnderscores: Bool) -> Bool {
         // A known name has no "_" and folds to its spelling.
-        if header.known != .other { return requestDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-        if !forwardUnderscores && !header.name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
-        return FoldedName.judge(header.name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
+        let known = headers[index].known
+        if known != .other { return requestDroppedKnown[Int(known.rawValue)] || isNamed(known, in: named) }
+        if !forwardUnderscores && !headers[index].name.allBytes({ $0 != UInt8(ascii: "_") }) { return true }
+        return FoldedName.judge(headers[index].name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
     }
 
     /// The upstream's response headers as the client should see them (framing is redone by the server).
     static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
         let named = connectionNamed(headers)
-        return headers.filter { !isDroppedFromResponse($0, named: named) }
+        return headers.indices.filter { !isDroppedFromResponse(headers, at: $0, named: named) }.map { headers[$0] }
     }
 
     /// The upstream's response head as the client gets it, in one pass over the upstream's fields (a copy
@@ -89,7 +91,7 @@ enum ForwardingRules {
         var length: String?
         for index in headers.indices {
             if length == nil, headers[index].known == .contentLength { length = headers[index].value }
-            guard headers[index].known != .xRequestId, !isDroppedFromResponse(headers[index], named: named) else { continue }
+            guard headers[index].known != .xRequestId, !isDroppedFromResponse(headers, at: index, named: named) else { continue }
             kept.append(headers[index])
         }
         kept.append(HTTPField(.xRequestId, requestId))
@@ -111,10 +113,11 @@ enum ForwardingRules {
         return (digits ?? nil) ?? Int(value.trimmingSpaces)
     }
 
-    /// A known name by its code, only other names by their bytes.
-    private static func isDroppedFromResponse(_ header: HTTPField, named: Set<[UInt8]>) -> Bool {
-        if header.known != .other { return responseDroppedKnown[Int(header.known.rawValue)] || isNamed(header.known, in: named) }
-        return FoldedName.judge(header.name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
+    /// A known name by its code, only other names by their bytes; judged where the field lies (as requests').
+    private static func isDroppedFromResponse(_ headers: [HTTPField], at index: Int, named: Set<[UInt8]>) -> Bool {
+        let known = headers[index].known
+        if known != .other { return responseDroppedKnown[Int(known.rawValue)] || isNamed(known, in: named) }
+        return FoldedName.judge(headers[index].name, underscoreAsDash: false) { isResponseDropped($0, named: named) }
     }
 
     /// RFC 7239's `for=…;proto=…` for the upstream's `Forwarded`, an IPv6 node quoted in brackets: written into
@@ -151,18 +154,22 @@ enum ForwardingRules {
     /// steps cost more than the scan: together most of what judging a response's headers cost).
     private static func forEachItem(in headers: [HTTPField], named known: KnownHeader?, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
         for index in headers.indices where known == nil || headers[index].known == known {
-            var value = headers[index].value
-            value.withUTF8 { list in
-                var start = 0
-                while start < list.count {
-                    var end = start
-                    while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
-                    var (first, last) = (start, end)
-                    while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
-                    while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
-                    if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
-                    start = end + 1
-                }
+            forEachItem(in: headers[index].value, body)
+        }
+    }
+
+    private static func forEachItem(in value: String, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        var value = value
+        value.withUTF8 { list in
+            var start = 0
+            while start < list.count {
+                var end = start
+                while end < list.count && list[end] != UInt8(ascii: ",") { end += 1 }
+                var (first, last) = (start, end)
+                while first < last && (list[first] == 0x20 || list[first] == 0x09) { first += 1 }
+                while last > first && (list[last - 1] == 0x20 || list[last - 1] == 0x09) { last -= 1 }
+                if first < last { body(UnsafeBufferPointer(rebasing: list[first..<last])) }
+                start = end + 1
             }
         }
     }
@@ -173,13 +180,18 @@ enum ForwardingRules {
     /// bytes: "keep-alive", on nearly every upstream response, is dropped anyway and costs nothing.
     private static func connectionNamed(_ headers: [HTTPField]) -> Set<[UInt8]> {
         var named: Set<[UInt8]> = []
-        forEachItem(in: headers, named: .connection) { item in
-            if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
-            // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
-            let lowered = item.allSatisfy({ $0 < 0x80 })
-                ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
-                : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
-            if lowered != keepAlive { named.insert(lowered) }
+        for index in headers.indices where headers[index].known == .connection {
+            // The usual value, whole: nothing to split or add.
+            if headers[index].value.utf8.count == keepAlive.count,
+               headers[index].value.utf8.withContiguousStorageIfAvailable(isKeepAlive) == true { continue }
+            forEachItem(in: headers[index].value) { item in
+                if isKeepAlive(item) { return }  // the usual item, known without a lower-cased copy
+                // Non-ASCII names fold by Unicode's rules, as `FoldedName` folds the header names they meet.
+                let lowered = item.allSatisfy({ $0 < 0x80 })
+                    ? item.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 | 0x20 : $0 }
+                    : Array(String(decoding: item, as: UTF8.self).lowercased().utf8)
+                if lowered != keepAlive { named.insert(lowered) }
+            }
         }
         return named
     }
