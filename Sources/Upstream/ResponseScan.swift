@@ -115,7 +115,16 @@ struct ResponseScan {
         let first = bytes[start]
         if first == 0x20 || first == 0x09 { return .invalid("a header line starts with whitespace (obsolete line folding)") }
         var colon = start
-        while colon + 8 <= count, Self.isPlainName(bytes.loadUnaligned(fromByteOffset: colon, as: UInt64.self)) { colon += 8 }
+        // Eight bytes at a time up to the first that is not a letter, digit or dash (most often the colon); past
+        // another token byte, byte by byte.
+        while colon + 8 <= count {
+            let other = ~Self.plainNameBytes(bytes.loadUnaligned(fromByteOffset: colon, as: UInt64.self)) & Self.highs
+            guard other == 0 else {
+                colon += other.trailingZeroBitCount >> 3
+                break
+            }
+            colon += 8
+        }
         while colon < count, HTTPField.isTokenByte(bytes[colon]) { colon += 1 }
         guard colon < count else { return .incomplete }
         guard bytes[colon] == UInt8(ascii: ":"), colon > start else {
@@ -248,29 +257,29 @@ struct ResponseScan {
         return minorVersion == 1 || (connectionKeepAlive && codings == 0)
     }
 
+    private static let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+
     /// The high bit of each of a word's bytes (in memory order, least significant first) that is below 0x20 or is
     /// 0x7F; a byte above the first one marked may be marked wrongly (a borrow), the first one never is. Obs-text
     /// bytes are never marked.
     @inline(__always)
     static func controlBytes(_ word: UInt64) -> UInt64 {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
         let word = UInt64(littleEndian: word), delete = word ^ (ones &* 0x7F)
         return ((word &- ones &* 0x20) & ~word | (delete &- ones) & ~delete) & highs
     }
 
-    /// Whether all eight bytes of a word are letters, digits or "-", as most of a field name's are (exact per byte:
-    /// no sum carries into the next byte; any other token byte is read byte by byte).
+    /// The high bit of each of a word's bytes (in memory order) that is a letter, a digit or "-", as most of a field
+    /// name's are; exact per byte (no sum carries into the next byte).
     @inline(__always)
-    static func isPlainName(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        guard word & highs == 0 else { return false }
+    static func plainNameBytes(_ word: UInt64) -> UInt64 {
+        let word = UInt64(littleEndian: word), ascii = word & ~highs
         // Only letters fold into a..z by setting 0x20; digits and "-" are compared as they are (a CR folds to "-").
-        let folded = word | ones &* 0x20
+        let folded = ascii | ones &* 0x20
         let letter = (folded &+ ones &* (0x80 - 0x61)) & ~(folded &+ ones &* (0x80 - 0x7B))
-        let digit = (word &+ ones &* (0x80 - 0x30)) & ~(word &+ ones &* (0x80 - 0x3A))
-        let dash = word ^ ones &* 0x2D
+        let digit = (ascii &+ ones &* (0x80 - 0x30)) & ~(ascii &+ ones &* (0x80 - 0x3A))
+        let dash = ascii ^ ones &* 0x2D
         let isDash = ~((dash & (ones &* 0x7F)) &+ ones &* 0x7F | dash)
-        return (letter | digit | isDash) & highs == highs
+        return (letter | digit | isDash) & ~word & highs
     }
 
     /// Field-value bytes (RFC 9110 §5.5): visible ASCII, space, tab and obs-text.

@@ -248,7 +248,8 @@ final class ResponseScanTests: XCTestCase {
                     var bytes = base
                     bytes[place] = byte
                     let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-                    XCTAssertEqual(ResponseScan.isPlainName(word), plain.contains(byte), "\(byte) at \(place)")
+                    let other = ~ResponseScan.plainNameBytes(word) & 0x8080_8080_8080_8080
+                    XCTAssertEqual(other == 0 ? nil : other.trailingZeroBitCount >> 3, bytes.firstIndex { !plain.contains($0) }, "\(byte) at \(place)")
                     let first = bytes.firstIndex { !ResponseScan.isFieldByte($0) || $0 == 0x09 }
                     let marked = ResponseScan.controlBytes(word)
                     XCTAssertEqual(marked == 0 ? nil : marked.trailingZeroBitCount >> 3, first, "\(byte) at \(place)")
