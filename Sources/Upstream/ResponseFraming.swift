@@ -48,20 +48,34 @@ struct ResponseHead {
     /// Two values most responses carry, as literals when the bytes are the same: no UTF-8 check, and a
     /// literal's storage is static (no allocation for a long one, no reference counting).
     private static func literal(_ bytes: UnsafeRawBufferPointer) -> String? {
-        let literal: String
         switch bytes.count {
-        case 10: literal = "keep-alive"
-        case 16: literal = "application/json"
-        default: return nil
+        case 10: same(bytes, "keep-alive") ? "keep-alive" : nil
+        case 16: same(bytes, "application/json") ? "application/json" : nil
+        default: nil
         }
-        return same(bytes, literal) ? literal : nil
     }
 
-    /// Whether `bytes` are `text`'s, byte for byte (by index: `elementsEqual`'s iterators cost more than
-    /// making the String).
-    private static func same(_ bytes: UnsafeRawBufferPointer, _ text: String) -> Bool {
-        guard bytes.count == text.utf8.count else { return false }
-        return text.utf8.withContiguousStorageIfAvailable { own in own.indices.allSatisfy { own[$0] == bytes[$0] } } ?? false
+    private static func same(_ bytes: UnsafeRawBufferPointer, _ text: StaticString) -> Bool {
+        same(bytes, UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    /// Whether two byte runs are the same: by length first, then eight bytes at a time (the last word overlapping
+    /// the one before it), under eight byte by byte.
+    private static func same(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
+        let count = lhs.count
+        guard count == rhs.count else { return false }
+        guard count >= 8 else {
+            for index in 0..<count where lhs[index] != rhs[index] { return false }
+            return true
+        }
+        var offset = 0
+        while offset < count - 8 {
+            guard lhs.loadUnaligned(fromByteOffset: offset, as: UInt64.self) == rhs.loadUnaligned(fromByteOffset: offset, as: UInt64.self) else {
+                return false
+            }
+            offset += 8
+        }
+        return lhs.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self) == rhs.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self)
     }
 }
 

@@ -115,6 +115,16 @@ struct ResponseScan {
         let first = bytes[start]
         if first == 0x20 || first == 0x09 { return .invalid("a header line starts with whitespace (obsolete line folding)") }
         var colon = start
+        // Eight bytes at a time up to the first that is not a letter, digit or dash (most often the colon); past
+        // another token byte, byte by byte.
+        while colon + 8 <= count {
+            let other = ~Self.plainNameBytes(bytes.loadUnaligned(fromByteOffset: colon, as: UInt64.self)) & Self.highs
+            guard other == 0 else {
+                colon += other.trailingZeroBitCount >> 3
+                break
+            }
+            colon += 8
+        }
         while colon < count, HTTPField.isTokenByte(bytes[colon]) { colon += 1 }
         guard colon < count else { return .incomplete }
         guard bytes[colon] == UInt8(ascii: ":"), colon > start else {
@@ -126,8 +136,15 @@ struct ResponseScan {
             }
         }
         var end = colon + 1
-        // Eight bytes at a time while none is a control byte or DEL (the CR ends every value; a tab goes on below).
-        while end + 8 <= count, !Self.holdsControl(bytes.loadUnaligned(fromByteOffset: end, as: UInt64.self)) { end += 8 }
+        // Eight bytes at a time up to the first control byte or DEL (the CR ends every value; past a tab, byte by byte).
+        while end + 8 <= count {
+            let controls = Self.controlBytes(bytes.loadUnaligned(fromByteOffset: end, as: UInt64.self))
+            guard controls == 0 else {
+                end += controls.trailingZeroBitCount >> 3
+                break
+            }
+            end += 8
+        }
         while end < count, Self.isFieldByte(bytes[end]) { end += 1 }
         guard end < count else { return .incomplete }
         guard bytes[end] == 0x0D else {
@@ -143,7 +160,7 @@ struct ResponseScan {
         switch known {
         case .contentLength, .transferEncoding:
             // libhttp-parser refused a tab in a length and misread one after "chunked": no upstream sends one.
-            if bytes[(colon + 1)..<end].contains(0x09) { return .invalid("a Content-Length or Transfer-Encoding value holds a tab") }
+            for index in (colon + 1)..<end where bytes[index] == 0x09 { return .invalid("a Content-Length or Transfer-Encoding value holds a tab") }
             if let problem = known == .contentLength ? noteLength(value) : noteCodings(value) { return .invalid(problem) }
         case .connection, .proxyConnection:
             noteConnection(value)
@@ -183,6 +200,8 @@ struct ResponseScan {
     }
 
     private mutating func noteConnection(_ value: UnsafeRawBufferPointer) {
+        // The value nearly every response has, without walking a list.
+        if Self.equalsFolded(value, "keep-alive") { return connectionKeepAlive = true }
         Self.forEachElement(value) { element in
             guard let element else { connectionUnclear = true; return }
             if Self.equalsFolded(element, "close") { connectionClose = true }
@@ -238,12 +257,29 @@ struct ResponseScan {
         return minorVersion == 1 || (connectionKeepAlive && codings == 0)
     }
 
-    /// Whether one of a word's bytes is below 0x20 or is 0x7F (exact as a whole; obs-text bytes never count).
+    private static let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+
+    /// The high bit of each of a word's bytes (in memory order, least significant first) that is below 0x20 or is
+    /// 0x7F; a byte above the first one marked may be marked wrongly (a borrow), the first one never is. Obs-text
+    /// bytes are never marked.
     @inline(__always)
-    private static func holdsControl(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        let delete = word ^ (ones &* 0x7F)
-        return ((word &- ones &* 0x20) & ~word | (delete &- ones) & ~delete) & highs != 0
+    static func controlBytes(_ word: UInt64) -> UInt64 {
+        let word = UInt64(littleEndian: word), delete = word ^ (ones &* 0x7F)
+        return ((word &- ones &* 0x20) & ~word | (delete &- ones) & ~delete) & highs
+    }
+
+    /// The high bit of each of a word's bytes (in memory order) that is a letter, a digit or "-", as most of a field
+    /// name's are; exact per byte (no sum carries into the next byte).
+    @inline(__always)
+    static func plainNameBytes(_ word: UInt64) -> UInt64 {
+        let word = UInt64(littleEndian: word), ascii = word & ~highs
+        // Only letters fold into a..z by setting 0x20; digits and "-" are compared as they are (a CR folds to "-").
+        let folded = ascii | ones &* 0x20
+        let letter = (folded &+ ones &* (0x80 - 0x61)) & ~(folded &+ ones &* (0x80 - 0x7B))
+        let digit = (ascii &+ ones &* (0x80 - 0x30)) & ~(ascii &+ ones &* (0x80 - 0x3A))
+        let dash = ascii ^ ones &* 0x2D
+        let isDash = ~((dash & (ones &* 0x7F)) &+ ones &* 0x7F | dash)
+        return (letter | digit | isDash) & ~word & highs
     }
 
     /// Field-value bytes (RFC 9110 §5.5): visible ASCII, space, tab and obs-text.

@@ -75,6 +75,25 @@ final class LoopHTTPClientTests: XCTestCase {
         XCTAssertNil(result?.error)
     }
 
+    /// A head that spans reads, its last read also carrying the start of the body: the body is read from where the
+    /// head ends, and the connection is reused with nothing of the head left over.
+    func testAHeadEndingInTheReadThatStartsTheBodyIsFramedThere() throws {
+        let server = try ScriptedUpstream { connection in
+            while connection.readHead() != nil {
+                connection.send("HTTP/1.1 200 OK\r\nContent-Le")
+                usleep(20_000)
+                connection.send("ngth: 5\r\nX-A: b\r\n\r\nhel")
+                usleep(20_000)
+                connection.send("lo")
+            }
+        }
+        let results = try run(try client(server.baseURL), Self.get("/1"), Self.get("/2"))
+        XCTAssertEqual(results.map(\.text), ["hello", "hello"])
+        XCTAssertEqual(results.map(\.error), [nil, nil])
+        XCTAssertEqual(results.map(\.headers), [[HTTPField("Content-Length", "5"), HTTPField("X-A", "b")], [HTTPField("Content-Length", "5"), HTTPField("X-A", "b")]])
+        XCTAssertEqual(results.map { $0.timing?.reusedConnection }, [false, true])
+    }
+
     func testInterimResponsesAreSkippedUntilTheFinalOne() throws {
         let server = try ScriptedUpstream { connection in
             connection.readHead()

@@ -239,6 +239,25 @@ final class ResponseScanTests: XCTestCase {
         XCTAssertEqual(scanned(Array("HTTP/2".utf8), bodyless: false).0, .refused)
     }
 
+    /// The eight-at-a-time checks against their byte-by-byte definitions, every byte in every place of a word.
+    func testWordChecksAgreeWithTheBytesDefinitions() {
+        let plain = Set(Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-".utf8))
+        for base in [Array("Content-".utf8), Array("x-9Z-a0M".utf8)] {
+            for place in 0..<8 {
+                for byte in UInt8.min...UInt8.max {
+                    var bytes = base
+                    bytes[place] = byte
+                    let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                    let other = ~ResponseScan.plainNameBytes(word) & 0x8080_8080_8080_8080
+                    XCTAssertEqual(other == 0 ? nil : other.trailingZeroBitCount >> 3, bytes.firstIndex { !plain.contains($0) }, "\(byte) at \(place)")
+                    let first = bytes.firstIndex { !ResponseScan.isFieldByte($0) || $0 == 0x09 }
+                    let marked = ResponseScan.controlBytes(word)
+                    XCTAssertEqual(marked == 0 ? nil : marked.trailingZeroBitCount >> 3, first, "\(byte) at \(place)")
+                }
+            }
+        }
+    }
+
     func testHTTPVersionWordsAreThoseOfTheirBytes() {
         for (word, text) in [(ResponseScan.http11, "HTTP/1.1"), (ResponseScan.http10, "HTTP/1.0")] {
             XCTAssertEqual(Array(text.utf8).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }, word)
