@@ -47,9 +47,12 @@ struct StoreKeys: Sendable {
         let start: [UInt8]
 
         fileprivate init(_ prefix: [UInt8], keyId: [UInt8]) {
-            var start = prefix
+            let encoded = Base64.encodeURLSafe(keyId)
+            var start: [UInt8] = []
+            start.reserveCapacity(prefix.count + encoded.utf8.count + 4)
+            start += prefix
             start += ":{".utf8
-            start += Base64.encodeURLSafe(keyId).utf8
+            start += encoded.utf8
             start += "}:".utf8
             self.start = start
         }
