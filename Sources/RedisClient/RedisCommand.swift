@@ -57,16 +57,13 @@ public struct RedisArguments: Sendable, Equatable {
     /// Room for a `$len` line (20 digits at most) and the CRLF after the argument.
     private static let framing = 25
 
-    /// A command's start, `*N` for `count` arguments, in a buffer with room for `room` bytes more.
-    fileprivate static func command(count: Int, room: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(framing + room)
-        bytes.append(addingCapacity: framing) { out in
+    /// A command's start, `*N` for `count` arguments, appended to `buffer` with room for `room` bytes more.
+    fileprivate static func count(_ count: Int, room: Int, to bytes: inout [UInt8]) {
+        bytes.append(addingCapacity: framing + room) { out in
             out.withUnsafeMutableBufferPointer { buffer, initialized in
                 line(UInt8(ascii: "*"), UInt(count), into: buffer, at: &initialized)
             }
         }
-        return bytes
     }
 
     private static func line(_ marker: UInt8, _ value: UInt, into buffer: UnsafeMutableBufferPointer<UInt8>, at: inout Int) {
@@ -110,23 +107,36 @@ public struct RedisArguments: Sendable, Equatable {
     }
 }
 
-/// One command in RESP (`*N\r\n` and its arguments), as it goes on the wire; sent again unchanged after a
-/// Cluster redirect.
+/// One command in RESP (`*N\r\n` and its arguments), written where it goes (the connection's outgoing
+/// buffer) without being joined first; sent again unchanged after a Cluster redirect.
 public struct RedisCommand: Sendable, Equatable {
-    public let bytes: [UInt8]
+    private let start: RedisArguments
+    private let rest: RedisArguments
 
-    /// `start`'s arguments then `rest`'s, in one buffer (a script's EVALSHA and digest, then its keys and
-    /// arguments).
+    /// `start`'s arguments then `rest`'s (a script's EVALSHA and digest, then its keys and arguments).
     public init(_ start: RedisArguments, _ rest: RedisArguments = RedisArguments(capacity: 0)) {
-        var bytes = RedisArguments.command(count: start.count + rest.count, room: start.bytes.count + rest.bytes.count)
-        bytes += start.bytes
-        bytes += rest.bytes
-        self.bytes = bytes
+        self.start = start
+        self.rest = rest
     }
 
     public init(_ arguments: [[UInt8]]) {
-        var bytes: [UInt8] = []
-        RESP.encode(arguments, into: &bytes)
-        self.bytes = bytes
+        var start = RedisArguments(capacity: arguments.reduce(0) { $0 + $1.count + 16 })
+        for argument in arguments { start.append(argument) }
+        self.init(start)
     }
+
+    /// Appends the command's bytes to `buffer`.
+    public func write(to buffer: inout [UInt8]) {
+        RedisArguments.count(start.count + rest.count, room: start.bytes.count + rest.bytes.count, to: &buffer)
+        buffer += start.bytes
+        buffer += rest.bytes
+    }
+
+    public var bytes: [UInt8] {
+        var bytes: [UInt8] = []
+        write(to: &bytes)
+        return bytes
+    }
+
+    public static func == (left: RedisCommand, right: RedisCommand) -> Bool { left.bytes == right.bytes }
 }
