@@ -47,10 +47,16 @@ struct StoreKeys: Sendable {
         let start: [UInt8]
 
         fileprivate init(_ prefix: [UInt8], keyId: [UInt8]) {
+            // One buffer sized once, the encoding copied from its UTF-8 storage (appends of string views,
+            // and an append to an empty array that adopts the prefix's buffer, cost ~450 more).
+            var encoded = Base64.encodeURLSafe(keyId)
             var start = prefix
-            start += ":{".utf8
-            start += Base64.encodeURLSafe(keyId).utf8
-            start += "}:".utf8
+            start.reserveCapacity(prefix.count + encoded.utf8.count + 4)
+            start.append(UInt8(ascii: ":"))
+            start.append(UInt8(ascii: "{"))
+            encoded.withUTF8 { start.append(contentsOf: $0) }
+            start.append(UInt8(ascii: "}"))
+            start.append(UInt8(ascii: ":"))
             self.start = start
         }
 

@@ -21,7 +21,7 @@ extension StoreTransport {
         return try prepared.decode(sendBlocking(request))
     }
 
-    nonisolated(nonsending)
+    @inline(__always) nonisolated(nonsending)
     func perform<T>(_ prepared: Prepared<T>) async throws(StoreError) -> T {
         guard let request = prepared.request else { return prepared.answer! }
         return try prepared.decode(await send(request))
@@ -56,7 +56,7 @@ final class StoreTransport: Sendable {
 
     /// Runs on the caller's executor, as do the steps below it: an assertion's commit takes no task switch
     /// of its own before its one wait for the reply.
-    nonisolated(nonsending)
+    @inline(__always) nonisolated(nonsending)
     func send(_ request: StoreRequest) async throws(StoreError) -> RedisReply {
         switch request {
         case .command(let arguments, let key): return try await command(RedisCommand(arguments), key: key)
@@ -65,7 +65,7 @@ final class StoreTransport: Sendable {
     }
 
     /// EVALSHA (after SCRIPT LOAD on first use), and EVAL where the server answers NOSCRIPT.
-    nonisolated(nonsending)
+    @inline(__always) nonisolated(nonsending)
     private func run(_ script: LuaScript, _ call: RedisArguments, key: [UInt8]?) async throws(StoreError) -> RedisReply {
         let start: RedisArguments
         if let known = script.start { start = known } else { start = try script.loaded(await command(script.loadCommand, key: key)) }
@@ -90,7 +90,7 @@ final class StoreTransport: Sendable {
         return try outcome.value.get()
     }
 
-    nonisolated(nonsending)
+    @inline(__always) nonisolated(nonsending)
     private func command(_ command: RedisCommand, key: [UInt8]?) async throws(StoreError) -> RedisReply {
         do {
             return try await redis.command(command, key: key)

@@ -127,24 +127,24 @@ final class LoopRedisConnection: TCPConnectionDelegate {
             write(Self.asking)
         }
         waiting.append((deadline, reply))
-        write(command.bytes)
+        write(command)
     }
 
     func send(_ arguments: [[UInt8]], asking: Bool = false, reply: @escaping Reply) {
         send(RedisCommand(arguments), asking: asking, reply: reply)
     }
 
-    private static let asking = RedisCommand([Array("ASKING".utf8)]).bytes
+    private static let asking = RedisCommand([Array("ASKING".utf8)])
 
     /// Writes a command whose answer comes as a push (SUBSCRIBE, and PING once subscribed).
     func sendUnmatched(_ arguments: [[UInt8]]) {
         guard !isClosed else { return }
-        write(RedisCommand(arguments).bytes)
+        write(RedisCommand(arguments))
     }
 
-    private func write(_ bytes: [UInt8]) {
-        guard ready, socket != nil else { return queued += bytes }
-        outgoing += bytes
+    private func write(_ command: RedisCommand) {
+        guard ready, socket != nil else { return command.write(to: &queued) }
+        command.write(to: &outgoing)
         guard !hasOutgoing else { return }
         hasOutgoing = true
         loop.beforePoll { [weak self] in self?.flush() }

@@ -1,50 +1,9 @@
 /// The Redis protocol (RESP2) both ways, over bytes: commands out as arrays of bulk strings, replies in
 /// parsed incrementally as the socket delivers them.
 public enum RESP {
-    /// `*N\r\n$len\r\narg\r\n…`: binary-safe, every argument with its length. Written into storage sized
-    /// once, then appended in one copy: byte-by-byte appends cost ~450 instructions an argument (an assert
-    /// request's script call has fourteen).
+    /// `*N\r\n$len\r\narg\r\n…`: binary-safe, every argument with its length (see `RedisCommand`).
     public static func encode(_ arguments: [[UInt8]], into buffer: inout [UInt8]) {
-        var length = 3 + digits(arguments.count)
-        for argument in arguments { length += 5 + digits(argument.count) + argument.count }
-        let command = [UInt8](unsafeUninitializedCapacity: length) { output, initialized in
-            var position = 0
-            func head(_ marker: UInt8, _ value: Int) {
-                output[position] = marker
-                var end = position + 1 + digits(value)
-                position = end + 2
-                var rest = value
-                repeat {
-                    end -= 1
-                    output[end] = UInt8(ascii: "0") + UInt8(rest % 10)
-                    rest /= 10
-                } while rest > 0
-                output[position - 2] = 0x0D
-                output[position - 1] = 0x0A
-            }
-            head(UInt8(ascii: "*"), arguments.count)
-            for argument in arguments {
-                head(UInt8(ascii: "$"), argument.count)
-                _ = UnsafeMutableBufferPointer(rebasing: output[position..<(position + argument.count)]).initialize(from: argument)
-                position += argument.count
-                output[position] = 0x0D
-                output[position + 1] = 0x0A
-                position += 2
-            }
-            initialized = position
-        }
-        if buffer.isEmpty { buffer = command } else { buffer += command }
-    }
-
-    /// The number of decimal digits of a non-negative value.
-    private static func digits(_ value: Int) -> Int {
-        var count = 1
-        var rest = value
-        while rest >= 10 {
-            rest /= 10
-            count += 1
-        }
-        return count
+        RedisCommand(arguments).write(to: &buffer)
     }
 
     public struct ProtocolError: Error, Equatable {

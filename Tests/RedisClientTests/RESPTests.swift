@@ -32,6 +32,7 @@ final class RESPTests: XCTestCase {
         XCTAssertEqual(RedisCommand(start, rest).bytes.prefix(5), Array("*15\r\n".utf8)[...])
         XCTAssertEqual(RedisCommand(rest).bytes, RedisCommand(Array(words.dropFirst(2))).bytes)
         XCTAssertEqual(RedisCommand(RedisArguments()).bytes, Array("*0\r\n".utf8))
+        XCTAssertEqual(rest.count, numbers.count + 2)
     }
 
     func testEveryReplyTypeParsesAndIncompleteInputWaits() throws {
