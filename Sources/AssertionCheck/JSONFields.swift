@@ -39,7 +39,8 @@ struct JSONFields {
         guard parseTopLevel() else { return nil }
     }
 
-    /// The member called `name` (an ASCII name).
+    /// The member called `name`, compared as bytes: `name` is ASCII, and no other spelling of client data's
+    /// names is the same String (only K, ; and ` have non-ASCII canonical equivalents).
     subscript(name: StaticString) -> Value? {
         let wanted = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
         for member in members where withBytes(of: member.name, { Bytes.equal($0, wanted) }) { return member.value }

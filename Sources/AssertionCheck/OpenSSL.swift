@@ -46,7 +46,7 @@ public enum SHA256 {
 
         public var bytes: [UInt8] {
             [UInt8](unsafeUninitializedCapacity: 32) { buffer, initialized in
-                withUnsafeBytes(of: words) { buffer.baseAddress!.initialize(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 32) }
+                withUnsafeBytes(of: words) { UnsafeMutableRawBufferPointer(buffer).copyMemory(from: $0) }
                 initialized = 32
             }
         }
@@ -192,7 +192,7 @@ public final class P256PublicKey: @unchecked Sendable {
                 return false
             }
             let result = withUnsafeBytes(of: digest.words) {
-                ECDSA_do_verify($0.bindMemory(to: UInt8.self).baseAddress, 32, scratch.signature, scratch.key)
+                ECDSA_do_verify($0.baseAddress?.assumingMemoryBound(to: UInt8.self), 32, scratch.signature, scratch.key)
             }
             if result != 1 { ERR_clear_error() }
             return result == 1
