@@ -679,8 +679,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     private var handlerDone = false
     /// `HTTPHandler.start`'s `done`, made once per connection (one capturing the exchange too allocated its
     /// context every request). A request starts only once the handler of the one before returned, so the
-    /// call is always about the current exchange.
-    private lazy var handlerReturnedCallback: () -> Void = { [unowned self] in handlerReturned() }
+    /// call is always about the current exchange. Weak: a handler may call it after the connection is gone.
+    private lazy var handlerReturnedCallback: () -> Void = { [weak self] in self?.handlerReturned() }
 
     private func handlerReturned() {
         guard !handlerDone else { return }  // once per exchange
