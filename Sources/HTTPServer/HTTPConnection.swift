@@ -323,7 +323,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         shared.requestStarted()
         // Answered from here where nothing waits; a handler that waits starts its own task.
-        shared.handler.start(exchange, done: handlerReturnedCallback)
+        // `done` captures the connection alone, which allocates nothing (with the exchange too, a context was
+        // allocated every request). A request starts only once the handler of the one before returned, so the
+        // call is always about the current exchange.
+        shared.handler.start(exchange) { [self] in handlerReturned() }
     }
 
     /// Path and query, split at the first "?" of the target's bytes.
@@ -677,11 +680,6 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     private var handlerDone = false
-    /// `HTTPHandler.start`'s `done`, made once per connection (one capturing the exchange too allocated its
-    /// context every request). A request starts only once the handler of the one before returned, so the
-    /// call is always about the current exchange. Weak: a handler may call it after the connection is gone.
-    private lazy var handlerReturnedCallback: () -> Void = { [weak self] in self?.handlerReturned() }
-
     private func handlerReturned() {
         guard !handlerDone else { return }  // once per exchange
         handlerDone = true
