@@ -14,6 +14,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     let clientAddress: String
     /// Set once the TLS handshake completed (nil on a plain listener): every request's head carries it.
     var tls: TLSInfo?
+    /// What the handler works out once for all the connection's requests.
+    private let memo = ConnectionMemo()
     /// Whether this connection counts against its address's `per_ip_connection_limit`.
     var countedPerIP = false
     private var timer: LoopTimer!
@@ -314,7 +316,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         keepAlive = parser.shouldKeepAlive
         http10 = version == "HTTP/1.0"
         if parser.isUpgrade { messageComplete = true }
-        let exchange = HTTPExchange(head: head, loop: loop, connection: self)
+        let exchange = HTTPExchange(head: head, loop: loop, connection: self, memo: memo)
         phase = .handling(exchange)
         (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, headBytes, 0, false)
         chunkedScan = framing == .chunked ? ChunkedScan(maxTrailerBytes: shared.limits.maxHeaderBytes) : nil
