@@ -127,7 +127,9 @@ public enum BodyReadError: Error, Equatable, Sendable {
 /// the peer and the transport): one per HTTP/1.1 connection. Loop thread only, as the exchange.
 public final class ConnectionMemo: @unchecked Sendable {
     /// The handler's own object; nil until it sets one.
-    public var value: AnyObject?
+    public var value: AnyObject? { get { stored } set { stored = newValue } }
+    // Private storage, as HTTPExchange's: the whole-module build then drops the dynamic exclusivity check.
+    private var stored: AnyObject?
 }
 
 /// One request and its response, as the handler drives them. Lives on its connection's loop: every method
