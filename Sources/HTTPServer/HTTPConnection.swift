@@ -14,6 +14,8 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     let clientAddress: String
     /// Set once the TLS handshake completed (nil on a plain listener): every request's head carries it.
     var tls: TLSInfo?
+    /// What the handler works out once for all the connection's requests.
+    private let memo = ConnectionMemo()
     /// Whether this connection counts against its address's `per_ip_connection_limit`.
     var countedPerIP = false
     private var timer: LoopTimer!
@@ -314,7 +316,7 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         keepAlive = parser.shouldKeepAlive
         http10 = version == "HTTP/1.0"
         if parser.isUpgrade { messageComplete = true }
-        let exchange = HTTPExchange(head: head, loop: loop, connection: self)
+        let exchange = HTTPExchange(head: head, loop: loop, connection: self, memo: memo)
         phase = .handling(exchange)
         (bodyError, bodyStarted, reserved, bodyReceived, bodyPaused) = (nil, false, headBytes, 0, false)
         chunkedScan = framing == .chunked ? ChunkedScan(maxTrailerBytes: shared.limits.maxHeaderBytes) : nil
@@ -323,7 +325,10 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
         if inbound.count > Self.pipelineBound { socket.stopReading() }
         shared.requestStarted()
         // Answered from here where nothing waits; a handler that waits starts its own task.
-        shared.handler.start(exchange, done: handlerReturnedCallback)
+        // `done` captures the connection alone, which allocates nothing (with the exchange too, a context was
+        // allocated every request). A request starts only once the handler of the one before returned, so the
+        // call is always about the current exchange.
+        shared.handler.start(exchange) { [self] in handlerReturned() }
     }
 
     /// Path and query, split at the first "?" of the target's bytes.
@@ -677,11 +682,6 @@ final class HTTPConnection: TCPConnectionDelegate, RequestParserDelegate, Exchan
     }
 
     private var handlerDone = false
-    /// `HTTPHandler.start`'s `done`, made once per connection (one capturing the exchange too allocated its
-    /// context every request). A request starts only once the handler of the one before returned, so the
-    /// call is always about the current exchange.
-    private lazy var handlerReturnedCallback: () -> Void = { [unowned self] in handlerReturned() }
-
     private func handlerReturned() {
         guard !handlerDone else { return }  // once per exchange
         handlerDone = true

@@ -123,11 +123,22 @@ public enum BodyReadError: Error, Equatable, Sendable {
     }
 }
 
+/// Where a handler keeps what it works out once for all of a connection's requests (what depends only on
+/// the peer and the transport): one per HTTP/1.1 connection. Loop thread only, as the exchange.
+public final class ConnectionMemo: @unchecked Sendable {
+    /// The handler's own object; nil until it sets one.
+    public var value: AnyObject? { get { stored } set { stored = newValue } }
+    // Private storage, as HTTPExchange's: the whole-module build then drops the dynamic exclusivity check.
+    private var stored: AnyObject?
+}
+
 /// One request and its response, as the handler drives them. Lives on its connection's loop: every method
 /// must be called there (the handler's task runs on that loop).
 public final class HTTPExchange: @unchecked Sendable {
     public let head: RequestHead
     public let loop: EventLoop
+    /// The connection's memo (nil for an HTTP/2 stream).
+    public let connectionMemo: ConnectionMemo?
     private let connection: any ExchangeChannel
     /// Body bytes handed to the socket so far (the head excluded).
     public internal(set) var bytesSent: Int { get { sent } set { sent = newValue } }
@@ -148,10 +159,11 @@ public final class HTTPExchange: @unchecked Sendable {
     private var goneCallback: (() -> Void)?
     private var writableCallback: (() -> Void)?
 
-    init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel) {
+    init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel, memo: ConnectionMemo? = nil) {
         self.head = head
         self.loop = loop
         self.connection = connection
+        connectionMemo = memo
     }
 
     /// The exchange is over: its callbacks are dropped, then `onFinished` is told how (once; the owner makes sure).

@@ -47,9 +47,14 @@ final class BodySource {
 
     /// The whole body to `done`: at once when it is in hand or there is none, else once it has arrived.
     func read(_ done: @escaping (Result<[UInt8], GatewayError>) -> Void) {
-        if let bytes { return done(.success(bytes)) }
-        if let result = exchange.bodyAtOnce(limit: limit) { return done(took(result)) }
+        if let result = readAtOnce() { return done(result) }
         exchange.readBody(limit: limit) { [self] result in done(took(result)) }
+    }
+
+    /// What `read` gives at once (the body in hand, or none to read); nil when it has to be waited for.
+    func readAtOnce() -> Result<[UInt8], GatewayError>? {
+        if let bytes { return .success(bytes) }
+        return exchange.bodyAtOnce(limit: limit).map(took)
     }
 
     private func took(_ result: Result<[UInt8], BodyReadError>) -> Result<[UInt8], GatewayError> {
@@ -67,9 +72,8 @@ final class BodySource {
 
     /// `read` for async callers (assert routes, built-in endpoints).
     nonisolated(nonsending) func read() async throws(GatewayError) -> [UInt8] {
-        if let bytes { return bytes }
         // Nothing to wait for: no suspension either.
-        if let result = exchange.bodyAtOnce(limit: limit) { return try took(result).get() }
+        if let result = readAtOnce() { return try result.get() }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Unchecked<Result<[UInt8], GatewayError>>, Never>) in
             read { continuation.resume(returning: Unchecked($0)) }
         }

@@ -32,7 +32,8 @@ struct Forwarder {
                  record: RequestRecord, done: @escaping (Result<Int, GatewayError>) -> Void) {
         let target = head.query.map { "\(head.path)?\($0)" } ?? head.path
         let outgoing = UpstreamRequest(method: head.method, pathAndQuery: target,
-                                       headers: headers(for: head, upstream: upstream, identity: identity, requestId: record.requestId),
+                                       headers: headers(for: head, memo: exchange.connectionMemo, upstream: upstream, identity: identity,
+                                                        requestId: record.requestId),
                                        body: body)
         let relay = Relay(exchange: exchange, upstream: upstream, record: record, metrics: metrics, done: done)
         upstream.client.open(outgoing, on: multi, timeouts: timeouts?.applied(to: upstream.client.target.timeouts),
@@ -139,7 +140,8 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own (named by their
     /// codes: nothing to classify).
-    private func headers(for request: RequestHead, upstream: UpstreamBinding, identity: Identity, requestId: String) -> [HTTPField] {
+    private func headers(for request: RequestHead, memo: ConnectionMemo?, upstream: UpstreamBinding, identity: Identity,
+                         requestId: String) -> [HTTPField] {
         var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders, room: 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.known == .host }) {
             headers.append(HTTPField(.host, host.value))
@@ -150,7 +152,7 @@ struct Forwarder {
         let scheme = request.tls == nil ? "http" : "https"
         let fromProxy = clientAddress.trustsPeer(request.clientAddress)
         headers.append(HTTPField(.xForwardedProto, fromProxy ? Self.appending(scheme, to: .xForwardedProto, in: request.headers) : scheme))
-        let element = ForwardingRules.forwardedElement(client: request.clientAddress, scheme: scheme)
+        let element = Self.forwardedElement(client: request.clientAddress, scheme: scheme, memo: memo)
         headers.append(HTTPField(.forwarded, fromProxy ? Self.appending(element, to: .forwarded, in: request.headers) : element))
         headers.append(HTTPField(.xRequestId, requestId))
         headers.append(HTTPField(.xAttestStatus, identity.status))
@@ -160,5 +162,22 @@ struct Forwarder {
         if let name = identity.debugName { headers.append(HTTPField(.xAttestDebugName, name)) }
         if let labels = identity.deviceIntegrity { headers.append(HTTPField(.xAttestDeviceIntegrity, labels.joined(separator: ","))) }
         return headers
+    }
+
+    /// The element made once per connection, whose client and scheme never change (made per request, it cost
+    /// a string built every time).
+    private static func forwardedElement(client: String, scheme: String, memo: ConnectionMemo?) -> String {
+        guard let memo else { return ForwardingRules.forwardedElement(client: client, scheme: scheme) }
+        if let known = memo.value as? ConnectionFacts { return known.forwardedElement }
+        let facts = ConnectionFacts(forwardedElement: ForwardingRules.forwardedElement(client: client, scheme: scheme))
+        memo.value = facts
+        return facts.forwardedElement
+    }
+
+    /// What the forwarder keeps in a connection's memo.
+    private final class ConnectionFacts {
+        let forwardedElement: String
+
+        init(forwardedElement: String) { self.forwardedElement = forwardedElement }
     }
 }

@@ -188,11 +188,11 @@ private final class ProxyRequest {
     let record: RequestRecord
     /// `HTTPHandler.start`'s: the handler has let go of the exchange.
     private let done: () -> Void
-    // What a forward needs between reading the body and sending the request on.
-    private var upstream: UpstreamBinding?
-    private var timeouts = RouteTimeouts()
+    /// The body being forwarded (its failure is the reason a forward failed).
     private var body: BodySource?
-    private var identity = Forwarder.Identity(status: "unverified", keyId: nil, riskMetric: nil)
+    /// Where a body still to be read is forwarded, once it is in. A body in hand goes as parameters: read back
+    /// from here, the identity's strings were retained and released again.
+    private var awaitingBody: (route: RouteEntry, identity: Forwarder.Identity)?
     /// Told how the forward went; nil: it is the request's answer.
     private var forwarded: ((ProxyHandler.Answer) -> Void)?
 
@@ -221,28 +221,35 @@ private final class ProxyRequest {
     /// the request forwarded on the loop its connection lives on: `then` is told once it was relayed, or why
     /// not (without `then`, that is the request's answer).
     func forward(route: RouteEntry, body: BodySource, identity: Forwarder.Identity, then: ((ProxyHandler.Answer) -> Void)? = nil) {
-        (upstream, timeouts, self.body, self.identity, forwarded) = (route.upstream, route.config.timeouts, body, identity, then)
+        (self.body, forwarded) = (body, then)
         if route.config.policy == .pass && exchange.head.hasBody {
             let upload = UpstreamUpload(length: exchange.head.framing.declaredLength)
             body.stream(into: upload)
-            return send([], upload: upload)
+            return send([], upload: upload, route: route, identity: identity)
         }
+        if let read = body.readAtOnce() { return send(read, route: route, identity: identity) }
+        awaitingBody = (route, identity)
         body.read { [self] read in
-            switch read {
-            case .success(let bytes): send(bytes, upload: nil)
-            case .failure(let error): ended(.failed(error))
-            }
+            guard let awaiting = awaitingBody.take() else { return }
+            send(read, route: awaiting.route, identity: awaiting.identity)
         }
     }
 
-    private func send(_ bytes: [UInt8], upload: UpstreamUpload?) {
-        guard let upstream, let multi = try? LoopMulti.current() else {
+    private func send(_ read: Result<[UInt8], GatewayError>, route: RouteEntry, identity: Forwarder.Identity) {
+        switch read {
+        case .success(let bytes): send(bytes, upload: nil, route: route, identity: identity)
+        case .failure(let error): ended(.failed(error))
+        }
+    }
+
+    private func send(_ bytes: [UInt8], upload: UpstreamUpload?, route: RouteEntry, identity: Forwarder.Identity) {
+        guard let upstream = route.upstream, let multi = try? LoopMulti.current() else {
             return ended(.failed(.routeNotFound))
         }
         Forwarder(log: handler.log, metrics: handler.metrics, forwardUnderscoreHeaders: runtime.config.hardening.forwardUnderscoreHeaders,
                   clientAddress: runtime.config.clientAddress)
-            .forward(exchange.head, body: bytes, exchange: exchange, multi: multi, to: upstream, timeouts: timeouts, upload: upload,
-                     identity: identity, record: record) { [self] in relayed($0) }
+            .forward(exchange.head, body: bytes, exchange: exchange, multi: multi, to: upstream, timeouts: route.config.timeouts,
+                     upload: upload, identity: identity, record: record) { [self] in relayed($0) }
     }
 
     private func relayed(_ result: Result<Int, GatewayError>) {
