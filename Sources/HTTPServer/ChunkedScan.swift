@@ -1,38 +1,16 @@
+import Upstream
+
 /// The strict RFC 9112 §7.1 check of a chunked request body's framing bytes, run over each read before
 /// libhttp-parser sees it (Debian's build is lenient: it never checks the two bytes after chunk data,
 /// takes CTLs in chunk extensions and obs-fold, spaces and bare LF in trailers). The body is re-framed
 /// toward the upstream anyway; the check is for a front proxy that passes chunked bodies through as they
-/// are and would read them differently (TE.TE desync). Trailers are held to the head scan's rules.
+/// are and would read them differently (TE.TE desync). The grammar is Upstream's `ChunkedBody` (the one
+/// upstream responses are decoded with), its chunk data skipped; a tab may follow a chunk size here, as it
+/// always could, and trailers are held to the head's bound.
 struct ChunkedScan {
-    private enum State {
-        /// A chunk-size line: hex digits (at least one), then optional extensions.
-        case size(digits: Int)
-        /// Whitespace after the size: only before a ";".
-        case sizeSpace
-        /// `;`-extensions up to the CR: no CTL or NUL.
-        case extensions
-        case sizeLF
-        case data
-        case dataCR
-        case dataLF
-        case trailerStart
-        case trailerName
-        case trailerValue
-        case trailerLF
-        case finalLF
-        case done
-    }
+    private var body: ChunkedBody
 
-    private var state = State.size(digits: 0)
-    private var chunkSize = 0
-    private var remaining = 0
-    /// Bytes of the current chunk-size line, or of the whole trailer section.
-    private var lineBytes = 0
-    private let maxTrailerBytes: Int
-    /// A size line holds the size and its extensions: nothing needs more.
-    private static let maxSizeLineBytes = 4096
-
-    init(maxTrailerBytes: Int) { self.maxTrailerBytes = maxTrailerBytes }
+    init(maxTrailerBytes: Int) { body = ChunkedBody(maxTrailerBytes: maxTrailerBytes, tabAfterSize: true) }
 
     enum Outcome: Equatable {
         /// Every byte is well framed; the body goes on.
@@ -44,122 +22,13 @@ struct ChunkedScan {
 
     mutating func scan(_ bytes: UnsafeRawBufferPointer) -> Outcome {
         var index = 0
-        while index < bytes.count {
-            if case .data = state {
-                let taken = min(remaining, bytes.count - index)
-                (remaining, index) = (remaining - taken, index + taken)
-                if remaining == 0 { state = .dataCR }
-                continue
+        while true {
+            switch body.next(bytes, from: &index) {
+            case .data: continue  // libhttp-parser hands the data out
+            case .more: return .more
+            case .ended(let end): return .ended(end: end)
+            case .invalid(let problem): return .invalid(problem)
             }
-            if let problem = step(bytes[index]) { return .invalid(problem) }
-            index += 1
-            if case .done = state { return .ended(end: index) }
-        }
-        return .more
-    }
-
-    /// One framing byte (chunk data is skipped by `scan`); the problem it shows, if any.
-    private mutating func step(_ byte: UInt8) -> String? {
-        switch state {
-        case .size(let digits):
-            lineBytes += 1
-            guard lineBytes <= Self.maxSizeLineBytes else { return "a chunk-size line is too long" }
-            if let value = Self.hexValue(byte) {
-                guard chunkSize <= (Int.max - 15) / 16 else { return "a chunk size overflows" }
-                chunkSize = chunkSize * 16 + Int(value)
-                state = .size(digits: digits + 1)
-                return nil
-            }
-            guard digits > 0 else { return "a chunk-size line does not start with a hex digit" }
-            return afterSize(byte)
-        case .sizeSpace:
-            lineBytes += 1
-            guard lineBytes <= Self.maxSizeLineBytes else { return "a chunk-size line is too long" }
-            if byte == 0x20 || byte == 0x09 { return nil }
-            guard byte == UInt8(ascii: ";") else { return "whitespace after a chunk size is not followed by an extension" }
-            state = .extensions
-        case .extensions:
-            lineBytes += 1
-            guard lineBytes <= Self.maxSizeLineBytes else { return "a chunk-size line is too long" }
-            if byte == 0x0D {
-                state = .sizeLF
-            } else if !HeadBytes.byte(byte, is: .fieldValue) {
-                return "a chunk extension holds a control character"
-            }
-        case .sizeLF:
-            guard byte == 0x0A else { return "a chunk-size line's CR is not followed by LF" }
-            (remaining, lineBytes) = (chunkSize, 0)
-            state = chunkSize == 0 ? .trailerStart : .data
-            chunkSize = 0
-        case .data:
-            break  // `scan` skips chunk data
-        case .dataCR:
-            guard byte == 0x0D else { return "chunk data is not followed by CRLF" }
-            state = .dataLF
-        case .dataLF:
-            guard byte == 0x0A else { return "chunk data is not followed by CRLF" }
-            state = .size(digits: 0)
-        case .trailerStart:
-            if byte == 0x0D {
-                state = .finalLF
-            } else if byte == 0x20 || byte == 0x09 {
-                return "a trailer line starts with whitespace (obsolete line folding)"
-            } else if HeadBytes.byte(byte, is: .token) {
-                state = .trailerName
-            } else {
-                return "a trailer name holds a byte that is not a token character"
-            }
-            return countTrailer()
-        case .trailerName:
-            if byte == UInt8(ascii: ":") {
-                state = .trailerValue
-            } else if !HeadBytes.byte(byte, is: .token) {
-                return "a trailer name holds a byte that is not a token character"
-            }
-            return countTrailer()
-        case .trailerValue:
-            if byte == 0x0D {
-                state = .trailerLF
-            } else if !HeadBytes.byte(byte, is: .fieldValue) {
-                return "a trailer value holds a control character"
-            }
-            return countTrailer()
-        case .trailerLF:
-            guard byte == 0x0A else { return "a trailer line's CR is not followed by LF" }
-            state = .trailerStart
-            return countTrailer()
-        case .finalLF:
-            guard byte == 0x0A else { return "the chunked body's last CR is not followed by LF" }
-            state = .done
-        case .done:
-            break
-        }
-        return nil
-    }
-
-    /// The first byte after a chunk size's digits.
-    private mutating func afterSize(_ byte: UInt8) -> String? {
-        switch byte {
-        case 0x0D: state = .sizeLF
-        case UInt8(ascii: ";"): state = .extensions
-        case 0x20, 0x09: state = .sizeSpace
-        case 0x0A: return "a chunk-size line ends in LF without CR"
-        default: return "a chunk size holds a byte that is not a hex digit"
-        }
-        return nil
-    }
-
-    private mutating func countTrailer() -> String? {
-        lineBytes += 1
-        return lineBytes > maxTrailerBytes ? "the trailers exceed \(maxTrailerBytes) bytes" : nil
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
         }
     }
 }

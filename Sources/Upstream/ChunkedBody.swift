@@ -1,12 +1,14 @@
-/// A chunked response body (RFC 9112 §7.1) decoded strictly, read by read: the data of each chunk handed out as
-/// ranges of the read, its framing held to the rules HTTPServer's ChunkedScan holds a client's body to (hex sizes
-/// that do not overflow, extensions without controls, CRLF after each chunk's data, trailer lines as field lines;
-/// bounded size lines and trailers). Trailers are checked and dropped: nothing relays them.
-struct ChunkedBody {
+/// A chunked body (RFC 9112 §7.1) read strictly, read by read: the one chunked grammar of the gateway. Upstream
+/// responses are decoded with it (`ResponseParser`: the data of each chunk handed out as ranges of the read), and
+/// HTTPServer's `ChunkedScan` checks a client's request body with it before libhttp-parser frames that. Hex sizes
+/// that do not overflow, extensions without controls, CRLF after each chunk's data, trailer lines held to the
+/// head's rules; size lines and trailers bounded. Trailers are checked and dropped: nothing relays them.
+/// The two uses differ only in `tabAfterSize` and the trailer bound.
+public struct ChunkedBody {
     private enum State {
         /// A chunk-size line: hex digits (at least one), then optional extensions.
         case size(digits: Int)
-        /// Spaces after the size: only before a ";".
+        /// Spaces (and tabs where taken) after the size: only before a ";".
         case sizeSpace
         /// `;`-extensions up to the CR: no CTL or NUL.
         case extensions
@@ -22,7 +24,7 @@ struct ChunkedBody {
         case done
     }
 
-    enum Piece: Equatable {
+    public enum Piece: Equatable, Sendable {
         /// Chunk data at these offsets of the read.
         case data(Range<Int>)
         /// Every byte of the read was taken; the body goes on.
@@ -38,13 +40,19 @@ struct ChunkedBody {
     /// Bytes of the current chunk-size line, or of the whole trailer section.
     private var lineBytes = 0
     private let maxTrailerBytes: Int
+    /// Whether a tab may follow a chunk size (as a space may, before an extension; RFC 9112's BWS). A client's
+    /// body takes one, as it always did; an upstream's does not: libhttp-parser refused one there, and no upstream
+    /// sends one.
+    private let tabAfterSize: Bool
     /// A size line holds the size and its extensions: nothing needs more.
     private static let maxSizeLineBytes = 4096
 
-    init(maxTrailerBytes: Int) { self.maxTrailerBytes = maxTrailerBytes }
+    public init(maxTrailerBytes: Int, tabAfterSize: Bool = false) {
+        (self.maxTrailerBytes, self.tabAfterSize) = (maxTrailerBytes, tabAfterSize)
+    }
 
     /// The next piece of `bytes` from `index` on (advanced past it).
-    mutating func next(_ bytes: UnsafeRawBufferPointer, from index: inout Int) -> Piece {
+    public mutating func next(_ bytes: UnsafeRawBufferPointer, from index: inout Int) -> Piece {
         while index < bytes.count {
             if case .data = state {
                 let start = index, taken = min(remaining, bytes.count - index)
@@ -76,8 +84,11 @@ struct ChunkedBody {
         case .sizeSpace:
             lineBytes += 1
             guard lineBytes <= Self.maxSizeLineBytes else { return "a chunk-size line is too long" }
-            if byte == 0x20 { return nil }
-            guard byte == UInt8(ascii: ";") else { return "a space after a chunk size is not followed by an extension" }
+            if byte == 0x20 || (byte == 0x09 && tabAfterSize) { return nil }
+            guard byte == UInt8(ascii: ";") else {
+                return tabAfterSize ? "whitespace after a chunk size is not followed by an extension"
+                    : "a space after a chunk size is not followed by an extension"
+            }
             state = .extensions
         case .extensions:
             lineBytes += 1
@@ -143,7 +154,8 @@ struct ChunkedBody {
         switch byte {
         case 0x0D: state = .sizeLF
         case UInt8(ascii: ";"): state = .extensions
-        case 0x20: state = .sizeSpace  // no tab: libhttp-parser refused one there, and no upstream sends one
+        case 0x20: state = .sizeSpace
+        case 0x09 where tabAfterSize: state = .sizeSpace
         case 0x0A: return "a chunk-size line ends in LF without CR"
         default: return "a chunk size holds a byte that is not a hex digit"
         }
