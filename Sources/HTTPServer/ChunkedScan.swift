@@ -5,7 +5,7 @@ import Upstream
 /// takes CTLs in chunk extensions and obs-fold, spaces and bare LF in trailers). The body is re-framed
 /// toward the upstream anyway; the check is for a front proxy that passes chunked bodies through as they
 /// are and would read them differently (TE.TE desync). The grammar is Upstream's `ChunkedBody` (the one
-/// upstream responses are decoded with), its chunk data skipped; a tab may follow a chunk size here, as it
+/// upstream responses are decoded with), its chunk data passed over; a tab may follow a chunk size here, as it
 /// always could, and trailers are held to the head's bound.
 struct ChunkedScan {
     private var body: ChunkedBody
@@ -21,14 +21,10 @@ struct ChunkedScan {
     }
 
     mutating func scan(_ bytes: UnsafeRawBufferPointer) -> Outcome {
-        var index = 0
-        while true {
-            switch body.next(bytes, from: &index) {
-            case .data: continue  // libhttp-parser hands the data out
-            case .more: return .more
-            case .ended(let end): return .ended(end: end)
-            case .invalid(let problem): return .invalid(problem)
-            }
+        switch body.check(bytes) {
+        case .more, .data: .more  // `check` hands out no data: libhttp-parser does
+        case .ended(let end): .ended(end: end)
+        case .invalid(let problem): .invalid(problem)
         }
     }
 }

@@ -53,21 +53,37 @@ public struct ChunkedBody {
 
     /// The next piece of `bytes` from `index` on (advanced past it).
     public mutating func next(_ bytes: UnsafeRawBufferPointer, from index: inout Int) -> Piece {
-        while index < bytes.count {
-            if case .data = state {
-                let start = index, taken = min(remaining, bytes.count - index)
-                (remaining, index) = (remaining - taken, index + taken)
-                if remaining == 0 { state = .dataCR }
-                return .data(start..<index)
-            }
-            if let problem = step(bytes[index]) { return .invalid(problem) }
-            index += 1
-            if case .done = state { return .ended(end: index) }
-        }
-        return .more
+        let piece: Piece
+        (piece, index) = read(bytes, from: index, handingOutData: true)
+        return piece
     }
 
-    /// One framing byte (chunk data is taken by `next`); the problem it shows, if any.
+    /// The framing of the whole of `bytes` checked, chunk data passed over within the loop: never `.data`.
+    public mutating func check(_ bytes: UnsafeRawBufferPointer) -> Piece {
+        read(bytes, from: 0, handingOutData: false).piece
+    }
+
+    /// The loop of both, one copy of it: `step` is inlined only where it has a single caller (called per framing
+    /// byte, it made a body of small chunks cost twice as much a byte).
+    @inline(never)
+    private mutating func read(_ bytes: UnsafeRawBufferPointer, from start: Int, handingOutData: Bool) -> (piece: Piece, end: Int) {
+        var index = start
+        while index < bytes.count {
+            if case .data = state {
+                let dataStart = index, taken = min(remaining, bytes.count - index)
+                (remaining, index) = (remaining - taken, index + taken)
+                if remaining == 0 { state = .dataCR }
+                if handingOutData { return (.data(dataStart..<index), index) }
+                continue
+            }
+            if let problem = step(bytes[index]) { return (.invalid(problem), index) }
+            index += 1
+            if case .done = state { return (.ended(end: index), index) }
+        }
+        return (.more, index)
+    }
+
+    /// One framing byte (chunk data is taken by `read`); the problem it shows, if any.
     private mutating func step(_ byte: UInt8) -> String? {
         switch state {
         case .size(let digits):
@@ -104,7 +120,7 @@ public struct ChunkedBody {
             state = chunkSize == 0 ? .trailerStart : .data
             chunkSize = 0
         case .data:
-            break  // `next` takes chunk data
+            break  // `read` takes chunk data
         case .dataCR:
             guard byte == 0x0D else { return "chunk data is not followed by CRLF" }
             state = .dataLF
