@@ -63,8 +63,8 @@ public struct ChunkedBody {
         read(bytes, from: 0, handingOutData: false).piece
     }
 
-    /// The loop of both, one copy of it: `step` is inlined only where it has a single caller (called per framing
-    /// byte, it made a body of small chunks cost twice as much a byte).
+    /// The loop of both, kept one copy: inlined into each, `step` (its only caller here) was left a call per framing
+    /// byte, which doubled the cost of a body of small chunks.
     @inline(never)
     private mutating func read(_ bytes: UnsafeRawBufferPointer, from start: Int, handingOutData: Bool) -> (piece: Piece, end: Int) {
         var index = start
