@@ -71,13 +71,8 @@ enum HeadBytes {
     /// saying whether a word holds such a byte (a borrow only starts at one); which bytes they flag past the first
     /// does not matter here.
     private static func mayHoldControl(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highBits: UInt64 = 0x8080_8080_8080_8080
-        func flags(_ word: UInt64) -> UInt64 {
-            let delete = word ^ (0x7F &* ones)
-            return ((word &- 0x20 &* ones) & ~word | (delete &- ones) & ~delete) & highBits
-        }
-        return flags(bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
-            | flags(bytes.loadUnaligned(fromByteOffset: offset &+ 8, as: UInt64.self)) != 0
+        ByteWord.controls(bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            | ByteWord.controls(bytes.loadUnaligned(fromByteOffset: offset &+ 8, as: UInt64.self)) != 0
     }
 
     /// Where `target` first occurs in `range` (glibc's memchr is vectorised).

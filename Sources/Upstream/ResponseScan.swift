@@ -138,7 +138,7 @@ struct ResponseScan {
         var end = colon + 1
         // Eight bytes at a time up to the first control byte or DEL (the CR ends every value; past a tab, byte by byte).
         while end + 8 <= count {
-            let controls = Self.controlBytes(bytes.loadUnaligned(fromByteOffset: end, as: UInt64.self))
+            let controls = ByteWord.controls(bytes.loadUnaligned(fromByteOffset: end, as: UInt64.self))
             guard controls == 0 else {
                 end += controls.trailingZeroBitCount >> 3
                 break
@@ -257,16 +257,8 @@ struct ResponseScan {
         return minorVersion == 1 || (connectionKeepAlive && codings == 0)
     }
 
-    private static let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-
-    /// The high bit of each of a word's bytes (in memory order, least significant first) that is below 0x20 or is
-    /// 0x7F; a byte above the first one marked may be marked wrongly (a borrow), the first one never is. Obs-text
-    /// bytes are never marked.
-    @inline(__always)
-    static func controlBytes(_ word: UInt64) -> UInt64 {
-        let word = UInt64(littleEndian: word), delete = word ^ (ones &* 0x7F)
-        return ((word &- ones &* 0x20) & ~word | (delete &- ones) & ~delete) & highs
-    }
+    private static var ones: UInt64 { ByteWord.ones }
+    private static var highs: UInt64 { ByteWord.highs }
 
     /// The high bit of each of a word's bytes (in memory order) that is a letter, a digit or "-", as most of a field
     /// name's are; exact per byte (no sum carries into the next byte).

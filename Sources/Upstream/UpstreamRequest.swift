@@ -76,11 +76,9 @@ extension HTTPField {
 
     @usableFromInline
     static func hasNoLineBreakOrNUL(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
         var offset = 0
         while offset + 8 <= bytes.count {
-            let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            if (word &- ones &* 0x0E) & ~word & highs != 0 { break }
+            if ByteWord.below(0x0E, bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) != 0 { break }
             offset += 8
         }
         while offset < bytes.count {

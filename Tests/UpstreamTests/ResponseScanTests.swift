@@ -248,10 +248,10 @@ final class ResponseScanTests: XCTestCase {
                     var bytes = base
                     bytes[place] = byte
                     let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-                    let other = ~ResponseScan.plainNameBytes(word) & 0x8080_8080_8080_8080
+                    let other = ~ResponseScan.plainNameBytes(word) & ByteWord.highs
                     XCTAssertEqual(other == 0 ? nil : other.trailingZeroBitCount >> 3, bytes.firstIndex { !plain.contains($0) }, "\(byte) at \(place)")
                     let first = bytes.firstIndex { !ResponseScan.isFieldByte($0) || $0 == 0x09 }
-                    let marked = ResponseScan.controlBytes(word)
+                    let marked = ByteWord.controls(word)
                     XCTAssertEqual(marked == 0 ? nil : marked.trailingZeroBitCount >> 3, first, "\(byte) at \(place)")
                 }
             }

@@ -1,3 +1,5 @@
+import Upstream
+
 /// A JSON object's fields, in order: what a log line holds. Written twice, so writing must change nothing:
 /// once measured, then into capacity reserved for their longest form.
 protocol JSONFields {
@@ -103,7 +105,7 @@ enum JSONLine {
         let count = bytes.count
         switch count {
         case 0: return false
-        case 1: return mayNeedEscape(UInt64(bytes[0]) &* 0x0101_0101_0101_0101)
+        case 1: return mayNeedEscape(UInt64(bytes[0]) &* ByteWord.ones)
         case 2..<4:
             let half = UInt64(bytes.loadUnaligned(as: UInt16.self)) | UInt64(bytes.loadUnaligned(fromByteOffset: count - 2, as: UInt16.self)) << 16
             return mayNeedEscape(half | half << 32)
@@ -120,15 +122,10 @@ enum JSONLine {
         }
     }
 
-    /// Whether any byte of `word` is below 0x20, a quote or a backslash (the zero-byte test: a borrow
-    /// can blur which byte it was, never whether there is one). The three tests' flags are joined before one
-    /// branch: a word is tested for every value the log writes.
+    /// Whether any byte of `word` is below 0x20, a quote or a backslash. The three tests' flags are joined
+    /// before one branch: a word is tested for every value the log writes.
     @inline(__always) static func mayNeedEscape(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        func zeroBytes(_ word: UInt64) -> UInt64 { (word &- ones) & ~word }
-        let belowSpace = (word &- ones &* 0x20) & ~word
-        return (belowSpace | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\""))))
-            | zeroBytes(word ^ (ones &* UInt64(UInt8(ascii: "\\"))))) & highs != 0
+        ByteWord.below(0x20, word) | ByteWord.equal(UInt8(ascii: "\""), word) | ByteWord.equal(UInt8(ascii: "\\"), word) != 0
     }
 
     /// `value`'s decimal digits at `out`; returns how many.
