@@ -34,7 +34,12 @@ final class RedisScaleOutTests: XCTestCase {
         let cluster = try RedisTestCluster.shared()
         let env = try clusterGateway(cluster)
         defer { env.stop() }
-        let apps = try registeredApps(env, 15)
+        // Keys until every primary owns one (15 random keys missed one 0.7 % of the time, more after a test
+        // that resharded): bounded, and each key then checked on whichever primary it landed.
+        var apps = try registeredApps(env, 3)
+        while try Set(apps.map { try cluster.owner(ofSlot: slot(of: $0, in: cluster)).port }).count < 3, apps.count < 60 {
+            apps += try registeredApps(env, 1)
+        }
         for app in apps {
             let request = try app.signed("GET", "/secure/feed")
             XCTAssertEqual(try app.send(request).status, 200)
@@ -43,7 +48,7 @@ final class RedisScaleOutTests: XCTestCase {
             XCTAssertEqual(try app.send(app.signed("GET", "/secure/feed", challenge: unbound)).status, 200)
         }
         let owners = try apps.map { try cluster.owner(ofSlot: slot(of: $0, in: cluster)).port }
-        XCTAssertEqual(Set(owners).count, 3, "15 keys land on all three primaries")
+        XCTAssertEqual(Set(owners).count, 3, "keys land on all three primaries")
         XCTAssertEqual(try env.admin("/readyz").status, 200)
 
         let victimSlot = try slot(of: apps[0], in: cluster)
