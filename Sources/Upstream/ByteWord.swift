@@ -23,4 +23,17 @@ public enum ByteWord {
     public static func controls(_ word: UInt64) -> UInt64 {
         below(0x20, word) | equal(0x7F, word)
     }
+
+    /// The first byte from `start` that `marks` marks, read eight at a time while whole words fit; when none of
+    /// those is marked, where the bytes left over start (the caller reads them one by one).
+    @inlinable @inline(__always)
+    public static func firstMarked(in bytes: UnsafeRawBufferPointer, from start: Int, by marks: (UInt64) -> UInt64) -> Int {
+        var index = start
+        while index + 8 <= bytes.count {
+            let marked = marks(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self))
+            if marked != 0 { return index + marked.trailingZeroBitCount >> 3 }
+            index += 8
+        }
+        return index
+    }
 }

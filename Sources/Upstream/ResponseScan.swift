@@ -114,17 +114,9 @@ struct ResponseScan {
         let count = bytes.count, start = next
         let first = bytes[start]
         if first == 0x20 || first == 0x09 { return .invalid("a header line starts with whitespace (obsolete line folding)") }
-        var colon = start
         // Eight bytes at a time up to the first that is not a letter, digit or dash (most often the colon); past
         // another token byte, byte by byte.
-        while colon + 8 <= count {
-            let other = ~Self.plainNameBytes(bytes.loadUnaligned(fromByteOffset: colon, as: UInt64.self)) & Self.highs
-            guard other == 0 else {
-                colon += other.trailingZeroBitCount >> 3
-                break
-            }
-            colon += 8
-        }
+        var colon = ByteWord.firstMarked(in: bytes, from: start) { ~Self.plainNameBytes($0) & Self.highs }
         while colon < count, HTTPField.isTokenByte(bytes[colon]) { colon += 1 }
         guard colon < count else { return .incomplete }
         guard bytes[colon] == UInt8(ascii: ":"), colon > start else {
@@ -135,16 +127,8 @@ struct ResponseScan {
             default: return .invalid("a header name holds a byte that is not a token character")
             }
         }
-        var end = colon + 1
         // Eight bytes at a time up to the first control byte or DEL (the CR ends every value; past a tab, byte by byte).
-        while end + 8 <= count {
-            let controls = ByteWord.controls(bytes.loadUnaligned(fromByteOffset: end, as: UInt64.self))
-            guard controls == 0 else {
-                end += controls.trailingZeroBitCount >> 3
-                break
-            }
-            end += 8
-        }
+        var end = ByteWord.firstMarked(in: bytes, from: colon + 1, by: ByteWord.controls)
         while end < count, Self.isFieldByte(bytes[end]) { end += 1 }
         guard end < count else { return .incomplete }
         guard bytes[end] == 0x0D else {

@@ -66,8 +66,8 @@ extension HTTPField {
 
 extension HTTPField {
     /// Whether `value` can go into a header block as it is: no CR, LF or NUL (a line break would end the field
-    /// and start one of the sender's choosing). Eight bytes at a time: a word with no byte below 0x0E has none
-    /// of them, and only a word with one (a tab, say) is looked at byte by byte.
+    /// and start one of the sender's choosing). Eight bytes at a time up to the first byte below 0x0E (a tab,
+    /// say), byte by byte from there.
     @inlinable
     public static func isSendableValue(_ value: String) -> Bool {
         value.utf8.withContiguousStorageIfAvailable { hasNoLineBreakOrNUL(UnsafeRawBufferPointer($0)) }
@@ -76,11 +76,7 @@ extension HTTPField {
 
     @usableFromInline
     static func hasNoLineBreakOrNUL(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var offset = 0
-        while offset + 8 <= bytes.count {
-            if ByteWord.below(0x0E, bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) != 0 { break }
-            offset += 8
-        }
+        var offset = ByteWord.firstMarked(in: bytes, from: 0) { ByteWord.below(0x0E, $0) }
         while offset < bytes.count {
             guard isSendableValueByte(bytes[offset]) else { return false }
             offset += 1
