@@ -72,7 +72,7 @@ let package = Package(
         .executableTarget(name: "AppDemo", dependencies: ["AppAttestClient", "SimulatedAppAttest", "DeviceSimulator", "Gateway"]),
 
         // Test plumbing shared by the test targets: child processes, the example upstream, a Redis of their own.
-        .target(name: "TestSupport", dependencies: ["AssertionCheck", "EventLoop"], path: "Tests/Support"),
+        .target(name: "TestSupport", dependencies: ["AssertionCheck", "EventLoop", "Upstream"], path: "Tests/Support"),
         .testTarget(name: "AssertionCheckTests", dependencies: ["AssertionCheck", "DeviceSimulator", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "EventLoop", "TLS", "TestSupport"]),
         .testTarget(name: "UpstreamTests", dependencies: ["Upstream", "EventLoop", "TestSupport", "CHTTPParser"]),

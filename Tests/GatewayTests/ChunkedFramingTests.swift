@@ -1,4 +1,5 @@
 @testable import HTTPServer
+import TestSupport
 import Upstream
 import XCTest
 
@@ -79,20 +80,11 @@ final class ChunkedFramingTests: XCTestCase {
     }
 
     private func decodedAsResponse(_ input: [UInt8], split: Int) -> (verdict: Verdict, data: [UInt8]) {
-        var body = ChunkedBody(maxTrailerBytes: Self.maxTrailerBytes)
-        var data: [UInt8] = []
-        for start in stride(from: 0, to: input.count, by: split) {
-            let read = Array(input[start..<min(start + split, input.count)])
-            var index = 0
-            reading: while true {
-                switch read.withUnsafeBytes({ body.next($0, from: &index) }) {
-                case .data(let range): data += read[range]
-                case .more: break reading
-                case .ended(let end): return (.ended(end: start + end), data)
-                case .invalid(let problem): return (.invalid(problem), data)
-                }
-            }
+        let (data, outcome) = readChunked(input, split: split, maxTrailerBytes: Self.maxTrailerBytes)
+        switch outcome {
+        case .ended(let end): return (.ended(end: end), data)
+        case .invalid(let problem): return (.invalid(problem), data)
+        case .more, .data: return (.more, data)
         }
-        return (.more, data)
     }
 }

@@ -1,4 +1,5 @@
 import CHTTPParser
+import TestSupport
 @testable import Upstream
 import XCTest
 
@@ -328,30 +329,20 @@ final class ResponseScanTests: XCTestCase {
     }
 
     private func decode(_ body: [UInt8], split: Int) -> (data: [UInt8], end: Int?, refused: Bool) {
-        var chunks = ChunkedBody(maxTrailerBytes: 64)
-        var data: [UInt8] = []
-        var start = 0
-        while start < body.count {
-            let read = Array(body[start..<min(start + split, body.count)])
-            var index = 0
-            reading: while true {
-                switch read.withUnsafeBytes({ chunks.next($0, from: &index) }) {
-                case .data(let range): data += read[range]
-                case .more: break reading
-                case .ended(let end): return (data, start + end, false)
-                case .invalid: return (data, nil, true)
-                }
-            }
-            start += read.count
+        let (data, outcome) = readChunked(body, split: split, maxTrailerBytes: 64)
+        switch outcome {
+        case .ended(let end): return (data, end, false)
+        case .invalid: return (data, nil, true)
+        case .more, .data: return (data, nil, false)
         }
-        return (data, nil, false)
     }
 
     func testChunkedFramingRefusals() {
         for (body, problem) in [("5\r\nhelloX\r\n0\r\n\r\n", "chunk data is not followed by CRLF"), ("5\nhello\r\n", "a chunk-size line ends in LF without CR"),
                                 ("FFFFFFFFFFFFFFFFF\r\n", "a chunk size overflows"), ("5 x\r\n", "a space after a chunk size is not followed by an extension"),
                                 ("0;a\u{01}\r\n", "a chunk extension holds a control character"), ("0\r\n a: b\r\n\r\n", "a trailer line starts with whitespace (obsolete line folding)"),
-                                ("0\r\nX: \(String(repeating: "t", count: 80))\r\n\r\n", "the trailers exceed 64 bytes"), ("g\r\n", "a chunk-size line does not start with a hex digit")] {
+                                ("0\r\nX: \(String(repeating: "t", count: 80))\r\n\r\n", "the trailers exceed 64 bytes"), ("g\r\n", "a chunk-size line does not start with a hex digit"),
+                                ("1;\(String(repeating: "a", count: 4100))\r\n", "a chunk-size line is too long")] {
             var chunks = ChunkedBody(maxTrailerBytes: 64)
             var index = 0
             let bytes = Array(body.utf8)
