@@ -6,15 +6,17 @@ public enum Bytes {
     }
 
     public static func constantTimeEqual(_ lhs: ArraySlice<UInt8>, _ rhs: ArraySlice<UInt8>) -> Bool {
-        guard lhs.count == rhs.count else { return false }
         // Over the buffers: a zip of the slices cost ~300 instructions for 32 bytes.
-        return lhs.withUnsafeBufferPointer { left in
-            rhs.withUnsafeBufferPointer { right in
-                var difference: UInt8 = 0
-                for index in 0..<left.count { difference |= left[index] ^ right[index] }
-                return difference == 0
-            }
+        lhs.withUnsafeBytes { left in
+            rhs.withUnsafeBytes { right in constantTimeEqual(left, right) }
         }
+    }
+
+    static func constantTimeEqual(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        var difference: UInt8 = 0
+        for index in 0..<lhs.count { difference |= lhs[index] ^ rhs[index] }
+        return difference == 0
     }
 
     /// Whether `bytes` (UTF-8) is the same text as `text` as Swift compares Strings: byte-equal, or — only

@@ -53,13 +53,8 @@ public enum SHA256 {
 
         /// Constant-time equality with `other` (a MAC as received).
         public func matches(_ other: ArraySlice<UInt8>) -> Bool {
-            guard other.count == 32 else { return false }
-            return withUnsafeBytes(of: words) { own in
-                other.withUnsafeBufferPointer { other in
-                    var difference: UInt8 = 0
-                    for index in 0..<32 { difference |= own[index] ^ other[index] }
-                    return difference == 0
-                }
+            withUnsafeBytes(of: words) { own in
+                other.withUnsafeBytes { Bytes.constantTimeEqual(own, $0) }
             }
         }
 
@@ -82,10 +77,6 @@ public enum SHA256 {
         }
 
         /// SHA256(prefix || first || second), the parts hashed where they are.
-        public func hash(_ first: ArraySlice<UInt8>, _ second: [UInt8] = []) -> [UInt8] {
-            digest(first, second[...]).bytes
-        }
-
         public func digest(_ first: ArraySlice<UInt8>, _ second: ArraySlice<UInt8> = []) -> Digest {
             var context = self.context
             return Self.finish(&context, first, second)

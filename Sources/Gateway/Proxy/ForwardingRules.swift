@@ -74,15 +74,10 @@ enum ForwardingRules {
         return FoldedName.judge(headers[index].name, underscoreAsDash: true) { isRequestDropped($0, named: named) }
     }
 
-    /// The upstream's response headers as the client should see them (framing is redone by the server).
-    static func responseHeaders(_ headers: [HTTPField]) -> [HTTPField] {
-        let named = connectionNamed(headers)
-        return headers.indices.filter { !isDroppedFromResponse(headers, at: $0, named: named) }.map { headers[$0] }
-    }
-
     /// The upstream's response head as the client gets it, in one pass over the upstream's fields (a copy
-    /// thinned twice and a third look for the length before): `responseHeaders`, minus the upstream's
-    /// X-Request-Id, plus the gateway's `requestId` (the client sees exactly one); and the upstream's
+    /// thinned twice and a third look for the length before): hop-by-hop and framing fields dropped (framing is
+    /// redone by the server), the upstream's X-Request-Id replaced by the gateway's `requestId` (the client
+    /// sees exactly one); and the upstream's
     /// Content-Length, which is kept (a body cut short is then visibly short; without one, chunked).
     static func clientResponse(_ headers: [HTTPField], requestId: String) -> (headers: [HTTPField], contentLength: Int?) {
         let named = connectionNamed(headers)
