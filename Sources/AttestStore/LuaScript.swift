@@ -26,7 +26,7 @@ final class LuaScript: Sendable {
 
     /// The arguments of a call with `keys` and `arguments`.
     static func call(keys: [[UInt8]], arguments: [[UInt8]]) -> RedisArguments {
-        var call = RedisArguments(capacity: 16 + (keys + arguments).reduce(0) { $0 + $1.count + 16 })
+        var call = RedisArguments(capacity: 16 + keys.reduce(0) { $0 + $1.count + 16 } + arguments.reduce(0) { $0 + $1.count + 16 })
         call.append(keys.count)
         for key in keys { call.append(key) }
         for argument in arguments { call.append(argument) }

@@ -17,6 +17,8 @@ final class HTTP2Connection: TCPConnectionDelegate, HTTP2SessionDelegate, Server
     var countedPerIP = false
     let tls: TLSInfo?
     let session: HTTP2Session
+    /// What the handler works out once for all the connection's streams.
+    let memo = ConnectionMemo()
     /// Read through a copy and changed through a local (`openStreams`, `stream(_:)`, `track`): an access to the
     /// property that spans the dictionary's own calls made the compiler check every access to it at run time.
     private var streams: [Int32: HTTP2Stream] = [:]

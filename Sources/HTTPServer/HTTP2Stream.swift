@@ -195,7 +195,7 @@ final class HTTP2Stream: ExchangeChannel, @unchecked Sendable {
         let connection = self.connection  // one load of the weak reference
         let head = RequestHead(method: method, path: path, query: query, headers: fields, clientAddress: connection?.clientAddress ?? "",
                                httpVersion: "HTTP/2", framing: framing, tls: connection?.tls)
-        let exchange = HTTPExchange(head: head, loop: loop, connection: self)
+        let exchange = HTTPExchange(head: head, loop: loop, connection: self, memo: connection?.memo ?? ConnectionMemo())
         self.exchange = exchange
         headOnly = method == "HEAD"
         shared.requestStarted()

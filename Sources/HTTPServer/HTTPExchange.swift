@@ -124,7 +124,7 @@ public enum BodyReadError: Error, Equatable, Sendable {
 }
 
 /// Where a handler keeps what it works out once for all of a connection's requests (what depends only on
-/// the peer and the transport): one per HTTP/1.1 connection. Loop thread only, as the exchange.
+/// the peer and the transport): one per connection, HTTP/1.1 or HTTP/2. Loop thread only, as the exchange.
 public final class ConnectionMemo: @unchecked Sendable {
     /// The handler's own object; nil until it sets one.
     public var value: AnyObject? { get { stored } set { stored = newValue } }
@@ -137,8 +137,8 @@ public final class ConnectionMemo: @unchecked Sendable {
 public final class HTTPExchange: @unchecked Sendable {
     public let head: RequestHead
     public let loop: EventLoop
-    /// The connection's memo (nil for an HTTP/2 stream).
-    public let connectionMemo: ConnectionMemo?
+    /// The connection's memo.
+    public let connectionMemo: ConnectionMemo
     private let connection: any ExchangeChannel
     /// Body bytes handed to the socket so far (the head excluded).
     public internal(set) var bytesSent: Int { get { sent } set { sent = newValue } }
@@ -159,7 +159,7 @@ public final class HTTPExchange: @unchecked Sendable {
     private var goneCallback: (() -> Void)?
     private var writableCallback: (() -> Void)?
 
-    init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel, memo: ConnectionMemo? = nil) {
+    init(head: RequestHead, loop: EventLoop, connection: any ExchangeChannel, memo: ConnectionMemo) {
         self.head = head
         self.loop = loop
         self.connection = connection

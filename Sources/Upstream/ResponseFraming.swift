@@ -22,7 +22,10 @@ struct ResponseHead {
     @discardableResult
     mutating func add(name: UnsafeRawBufferPointer, trimmedValue value: UnsafeRawBufferPointer) -> KnownHeader {
         let text = Self.literal(value) ?? String(decoding: value, as: UTF8.self)
-        let (known, canonical) = KnownHeader.classifySpelling(name)
+        // Classified once, where the field is made (a canonical name is its spelling's literal).
+        let field = HTTPField(name: name, value: text)
+        let known = field.known
+        fields.append(field)
         switch known {
         case .contentLength:
             lengths += 1
@@ -34,13 +37,6 @@ struct ResponseHead {
             keepAlive = text
         default:
             break
-        }
-        // A known name in its canonical spelling (as most upstreams write them) is that spelling's literal: no
-        // String made, nothing classified again.
-        if canonical {
-            fields.append(HTTPField(known, text))
-        } else {
-            fields.append(HTTPField(name: name, value: text))
         }
         return known
     }

@@ -91,7 +91,7 @@ struct AssertGate {
         record.counter = verified.counter
         if let claimedBodyHash {
             let bytes = try await body.read()
-            guard Bytes.constantTimeEqual(SHA256.hash(bytes), claimedBodyHash) else {
+            guard SHA256.digest(bytes[...]).matches(claimedBodyHash[...]) else {
                 throw .verification(VerificationError(.bodyHashMismatch, "SHA-256 of the request body differs from client data bodySHA256"))
             }
         }

@@ -50,7 +50,7 @@ struct Forwarder {
         private let upstream: UpstreamBinding
         private let record: RequestRecord
         private let metrics: Metrics
-        private let start = DispatchTime.now().uptimeNanoseconds
+        private let start = RequestRecord.uptimeNanoseconds()
         private var stream: UpstreamStream?
         private var done: ((Result<Int, GatewayError>) -> Void)?
 
@@ -140,7 +140,7 @@ struct Forwarder {
 
     /// The client's headers minus hop-by-hop and gateway-owned ones, plus the gateway's own (named by their
     /// codes: nothing to classify).
-    private func headers(for request: RequestHead, memo: ConnectionMemo?, upstream: UpstreamBinding, identity: Identity,
+    private func headers(for request: RequestHead, memo: ConnectionMemo, upstream: UpstreamBinding, identity: Identity,
                          requestId: String) -> [HTTPField] {
         var headers = ForwardingRules.requestHeaders(request.headers, forwardUnderscores: forwardUnderscoreHeaders, room: 10)
         if upstream.preserveHost, let host = request.headers.first(where: { $0.known == .host }) {
@@ -166,8 +166,7 @@ struct Forwarder {
 
     /// The element made once per connection, whose client and scheme never change (made per request, it cost
     /// a string built every time).
-    private static func forwardedElement(client: String, scheme: String, memo: ConnectionMemo?) -> String {
-        guard let memo else { return ForwardingRules.forwardedElement(client: client, scheme: scheme) }
+    private static func forwardedElement(client: String, scheme: String, memo: ConnectionMemo) -> String {
         if let known = memo.value as? ConnectionFacts { return known.forwardedElement }
         let facts = ConnectionFacts(forwardedElement: ForwardingRules.forwardedElement(client: client, scheme: scheme))
         memo.value = facts

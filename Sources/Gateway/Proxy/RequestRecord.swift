@@ -89,6 +89,12 @@ final class RequestRecord: @unchecked Sendable {
     private struct LogFields: JSONFields {
         let record: RequestRecord
         let totalMs: Double
+        /// Cut once here: the line is written twice (measured, then written).
+        let detail: String?
+
+        init(record: RequestRecord, totalMs: Double) {
+            (self.record, self.totalMs, detail) = (record, totalMs, record.detail.map { String($0.prefix(512)) })
+        }
 
         func write<Line: JSONLineWriter & ~Copyable & ~Escapable>(to line: inout Line) {
             line.string("request_id", record.requestId)
@@ -97,7 +103,7 @@ final class RequestRecord: @unchecked Sendable {
             line.string("path", record.path)
             line.string("decision", record.decision)
             if let reason = record.reason { line.string("reason", reason) }
-            if let detail = record.detail { line.string("detail", String(detail.prefix(512))) }
+            if let detail { line.string("detail", detail) }
             line.int("status", record.status)
             if let attestMethod = record.attestMethod { line.string("attest_method", attestMethod) }
             line.string("client_ip", record.clientIP)
